@@ -1,0 +1,461 @@
+#include "gguf/gguf.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <regex>
+
+#include "common/error.h"
+
+namespace qinfer::gguf {
+
+namespace {
+
+constexpr uint64_t kMaxStringLen = 1ull << 30;
+constexpr uint64_t kMaxArrayCount = 1ull << 30;
+constexpr int kMaxNestedDepth = 8;
+constexpr size_t kMaxTensorName = 63;
+
+size_t scalar_size(ValueType t) {
+    switch (t) {
+        case ValueType::U8: case ValueType::I8: case ValueType::BOOL: return 1;
+        case ValueType::U16: case ValueType::I16: return 2;
+        case ValueType::U32: case ValueType::I32: case ValueType::F32: return 4;
+        case ValueType::U64: case ValueType::I64: case ValueType::F64: return 8;
+        default: return 0;
+    }
+}
+
+bool valid_value_type(uint32_t t) { return t <= 12; }
+
+// Cursor over one shard's bytes; every read is bounds-checked and failures
+// name the file, the thing being read and the byte offset.
+class Reader {
+public:
+    Reader(const uint8_t* data, size_t size, const std::string& name) : d_(data), n_(size), name_(name) {}
+
+    [[noreturn]] void error(const std::string& msg, uint64_t at) const {
+        fail(strfmt("gguf: %s: %s (offset %llu)", name_.c_str(), msg.c_str(), (unsigned long long)at));
+    }
+    [[noreturn]] void error(const std::string& msg) const { error(msg, pos_); }
+
+    size_t pos() const { return pos_; }
+    size_t size() const { return n_; }
+    size_t remaining() const { return n_ - pos_; }
+    const uint8_t* ptr() const { return d_ + pos_; }
+
+    void need(uint64_t bytes, const char* what) {
+        if (bytes > remaining())
+            error(strfmt("unexpected end of file while reading %s", what));
+    }
+    template <class T> T read(const char* what) {
+        need(sizeof(T), what);
+        T v;
+        std::memcpy(&v, d_ + pos_, sizeof(T));
+        pos_ += sizeof(T);
+        return v;
+    }
+    std::string_view read_string(const char* what) {
+        size_t at = pos_;
+        uint64_t len = read<uint64_t>(what);
+        if (len > kMaxStringLen || len > remaining())
+            error(strfmt("string length %llu of %s exceeds the remaining file size", (unsigned long long)len, what), at);
+        std::string_view s(reinterpret_cast<const char*>(d_ + pos_), size_t(len));
+        pos_ += size_t(len);
+        return s;
+    }
+    void skip(uint64_t bytes, const char* what) {
+        need(bytes, what);
+        pos_ += size_t(bytes);
+    }
+
+private:
+    const uint8_t* d_;
+    size_t n_;
+    size_t pos_ = 0;
+    const std::string& name_;
+};
+
+void read_scalar(Reader& r, ValueType t, Value& v, const std::string& key, std::vector<std::string>& warnings) {
+    v.type = t;
+    const char* what = key.c_str();
+    switch (t) {
+        case ValueType::U8: v.u = r.read<uint8_t>(what); v.i = int64_t(v.u); break;
+        case ValueType::I8: v.i = r.read<int8_t>(what); v.u = uint64_t(v.i); break;
+        case ValueType::U16: v.u = r.read<uint16_t>(what); v.i = int64_t(v.u); break;
+        case ValueType::I16: v.i = r.read<int16_t>(what); v.u = uint64_t(v.i); break;
+        case ValueType::U32: v.u = r.read<uint32_t>(what); v.i = int64_t(v.u); break;
+        case ValueType::I32: v.i = r.read<int32_t>(what); v.u = uint64_t(v.i); break;
+        case ValueType::U64: v.u = r.read<uint64_t>(what); v.i = int64_t(v.u); break;
+        case ValueType::I64: v.i = r.read<int64_t>(what); v.u = uint64_t(v.i); break;
+        case ValueType::F32: v.f = r.read<float>(what); break;
+        case ValueType::F64: v.f = r.read<double>(what); break;
+        case ValueType::BOOL: {
+            uint8_t b = r.read<uint8_t>(what);
+            if (b > 1) warnings.push_back(strfmt("key '%s': bool byte %u treated as true", key.c_str(), b));
+            v.u = b ? 1 : 0;
+            v.i = int64_t(v.u);
+            break;
+        }
+        case ValueType::STRING: v.str = r.read_string(what); break;
+        default: r.error(strfmt("key '%s' has invalid value type %u", key.c_str(), uint32_t(t)));
+    }
+}
+
+void read_value(Reader& r, ValueType t, Value& v, const std::string& key, int depth,
+                std::vector<std::string>& warnings) {
+    if (t != ValueType::ARRAY) {
+        read_scalar(r, t, v, key, warnings);
+        return;
+    }
+    v.type = ValueType::ARRAY;
+    size_t at = r.pos();
+    uint32_t et = r.read<uint32_t>(key.c_str());
+    if (!valid_value_type(et))
+        r.error(strfmt("array '%s' has invalid element type %u", key.c_str(), et), at);
+    v.elem_type = ValueType(et);
+    v.count = r.read<uint64_t>(key.c_str());
+    // Cheapest possible encoding per element bounds the count by the bytes left.
+    uint64_t min_elem = v.elem_type == ValueType::STRING ? 8
+                        : v.elem_type == ValueType::ARRAY ? 12
+                                                         : scalar_size(v.elem_type);
+    if (v.count > kMaxArrayCount || v.count > r.remaining() / min_elem)
+        r.error(strfmt("array '%s' with %llu elements of type %s exceeds the remaining file size", key.c_str(),
+                       (unsigned long long)v.count, value_type_name(v.elem_type)), at);
+    if (v.elem_type == ValueType::STRING) {
+        v.strings.reserve(size_t(v.count));
+        for (uint64_t k = 0; k < v.count; ++k) v.strings.push_back(r.read_string(key.c_str()));
+    } else if (v.elem_type == ValueType::ARRAY) {
+        if (depth >= kMaxNestedDepth) r.error(strfmt("array '%s' nested too deeply", key.c_str()));
+        v.nested.resize(size_t(v.count));
+        for (uint64_t k = 0; k < v.count; ++k) read_value(r, ValueType::ARRAY, v.nested[k], key, depth + 1, warnings);
+    } else {
+        v.elems = r.ptr();
+        r.skip(v.count * min_elem, key.c_str());
+    }
+}
+
+}  // namespace
+
+const char* value_type_name(ValueType t) {
+    static const char* names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool",
+                                  "string", "array", "u64", "i64", "f64"};
+    uint32_t i = uint32_t(t);
+    return i <= 12 ? names[i] : "invalid";
+}
+
+bool Value::is_integer() const {
+    switch (type) {
+        case ValueType::U8: case ValueType::I8: case ValueType::U16: case ValueType::I16:
+        case ValueType::U32: case ValueType::I32: case ValueType::U64: case ValueType::I64: return true;
+        default: return false;
+    }
+}
+
+int64_t Value::int_at(uint64_t idx) const {
+    if (type != ValueType::ARRAY || idx >= count || !elems) fail("gguf: array index out of range");
+    const uint8_t* p = elems + idx * scalar_size(elem_type);
+    switch (elem_type) {
+        case ValueType::U8: case ValueType::BOOL: return *p;
+        case ValueType::I8: return int8_t(*p);
+        case ValueType::U16: { uint16_t x; std::memcpy(&x, p, 2); return x; }
+        case ValueType::I16: { int16_t x; std::memcpy(&x, p, 2); return x; }
+        case ValueType::U32: { uint32_t x; std::memcpy(&x, p, 4); return x; }
+        case ValueType::I32: { int32_t x; std::memcpy(&x, p, 4); return x; }
+        case ValueType::U64: { uint64_t x; std::memcpy(&x, p, 8); return int64_t(x); }
+        case ValueType::I64: { int64_t x; std::memcpy(&x, p, 8); return x; }
+        case ValueType::F32: { float x; std::memcpy(&x, p, 4); return int64_t(x); }
+        case ValueType::F64: { double x; std::memcpy(&x, p, 8); return int64_t(x); }
+        default: fail("gguf: not a numeric array");
+    }
+}
+
+double Value::float_at(uint64_t idx) const {
+    if (type != ValueType::ARRAY || idx >= count || !elems) fail("gguf: array index out of range");
+    const uint8_t* p = elems + idx * scalar_size(elem_type);
+    if (elem_type == ValueType::F32) { float x; std::memcpy(&x, p, 4); return x; }
+    if (elem_type == ValueType::F64) { double x; std::memcpy(&x, p, 8); return x; }
+    return double(int_at(idx));
+}
+
+std::unique_ptr<File> File::parse_memory(const uint8_t* data, size_t size, const std::string& name) {
+    std::unique_ptr<File> f(new File());
+    f->path_ = name;
+    f->total_file_bytes_ = size;
+    f->parse_shard(data, size, name, 0, true);
+    f->index();
+    return f;
+}
+
+std::unique_ptr<File> File::open(const std::string& path) {
+    std::unique_ptr<File> f(new File());
+    f->path_ = path;
+    // `<prefix>-00001-of-0000N.gguf`: open every shard (spec/gguf.md §10).
+    static const std::regex split_re(R"((.*)-(\d{5})-of-(\d{5})\.gguf$)");
+    std::smatch m;
+    std::vector<std::string> paths{path};
+    if (std::regex_match(path, m, split_re)) {
+        int idx = std::stoi(m[2].str());
+        int count = std::stoi(m[3].str());
+        if (idx != 1) fail(strfmt("gguf: %s: open the first shard (-00001-of-%05d.gguf) of a split model", path.c_str(), count));
+        if (count < 1) fail(strfmt("gguf: %s: invalid shard count 0", path.c_str()));
+        for (int i = 2; i <= count; ++i) paths.push_back(strfmt("%s-%05d-of-%05d.gguf", m[1].str().c_str(), i, count));
+    }
+    for (size_t i = 0; i < paths.size(); ++i) {
+        if (i > 0 && !file_exists(paths[i])) fail(strfmt("gguf: missing shard %s", paths[i].c_str()));
+        f->shards_.emplace_back(paths[i]);
+    }
+    for (size_t i = 0; i < paths.size(); ++i) {
+        const MappedFile& mf = f->shards_[i];
+        f->total_file_bytes_ += mf.size();
+        f->parse_shard(mf.data(), mf.size(), paths[i], uint32_t(i), i == 0);
+    }
+    if (paths.size() > 1 || f->has("split.count")) {
+        auto count = f->get_uint("split.count");
+        if (count && *count != paths.size() && paths.size() > 1)
+            fail(strfmt("gguf: %s: split.count %llu but file name says %zu shards", path.c_str(),
+                        (unsigned long long)*count, paths.size()));
+        auto expected = f->get_uint("split.tensors.count");
+        if (expected && *expected != f->tensors_.size())
+            fail(strfmt("gguf: %s: split.tensors.count %llu but %zu tensors found", path.c_str(),
+                        (unsigned long long)*expected, f->tensors_.size()));
+    }
+    f->index();
+    return f;
+}
+
+void File::parse_shard(const uint8_t* data, size_t size, const std::string& name, uint32_t shard_idx,
+                       bool keep_metadata) {
+    Reader r(data, size, name);
+    if (size < 24) r.error("file too small for a GGUF header", 0);
+    char magic[4];
+    std::memcpy(magic, data, 4);
+    if (std::memcmp(magic, "GGUF", 4) != 0) {
+        std::string shown;
+        for (char c : magic) shown += (c >= 32 && c < 127) ? c : '?';
+        r.error(strfmt("invalid magic '%s', expected 'GGUF'", shown.c_str()), 0);
+    }
+    r.skip(4, "magic");
+    uint32_t version = r.read<uint32_t>("version");
+    if (version == 0) r.error("bad version 0", 4);
+    if (version == 1) r.error("GGUF v1 is not supported", 4);
+    if ((version & 0xFFFFu) == 0) r.error("big-endian GGUF files are not supported", 4);
+    if (version > 3) r.error(strfmt("version %u is newer than supported (3)", version), 4);
+    if (shard_idx == 0) version_ = version;
+
+    uint64_t n_tensors = r.read<uint64_t>("tensor_count");
+    uint64_t n_kv = r.read<uint64_t>("kv_count");
+    if (n_tensors > r.remaining() / 24)
+        r.error(strfmt("tensor_count %llu cannot fit in a file of %zu bytes", (unsigned long long)n_tensors, size), 8);
+    if (n_kv > r.remaining() / 14)
+        r.error(strfmt("kv_count %llu cannot fit in a file of %zu bytes", (unsigned long long)n_kv, size), 16);
+
+    // ---- metadata
+    std::vector<KeyValue> kvs;
+    kvs.reserve(size_t(n_kv));
+    std::unordered_map<std::string_view, size_t> seen;
+    uint32_t alignment = 32;
+    for (uint64_t k = 0; k < n_kv; ++k) {
+        size_t at = r.pos();
+        std::string_view key = r.read_string("metadata key");
+        if (key.empty()) r.error(strfmt("key #%llu is empty", (unsigned long long)k), at);
+        if (seen.count(key)) r.error(strfmt("duplicate key '%.*s'", int(key.size()), key.data()), at);
+        seen.emplace(key, k);
+        KeyValue kv;
+        kv.key = std::string(key);
+        size_t tat = r.pos();
+        uint32_t vt = r.read<uint32_t>("value type");
+        if (!valid_value_type(vt)) r.error(strfmt("key '%s' has invalid value type %u", kv.key.c_str(), vt), tat);
+        read_value(r, ValueType(vt), kv.value, kv.key, 0, warnings_);
+        if (kv.key == "general.alignment") {
+            if (kv.value.type != ValueType::U32) r.error("general.alignment must be u32", tat);
+            uint64_t a = kv.value.u;
+            if (a == 0 || (a & (a - 1)) != 0)
+                r.error(strfmt("general.alignment %llu is not a power of two", (unsigned long long)a), tat);
+            alignment = uint32_t(a);
+            if (a % 8 != 0) warnings_.push_back(strfmt("general.alignment %u is not a multiple of 8", alignment));
+        }
+        kvs.push_back(std::move(kv));
+    }
+    if (shard_idx == 0) alignment_ = alignment;
+    if (shard_idx > 0) {
+        // Each shard must say which it is (split.no).
+        for (const KeyValue& kv : kvs)
+            if (kv.key == "split.no" && kv.value.is_integer() && kv.value.u != shard_idx)
+                r.error(strfmt("shard has split.no %llu, expected %u", (unsigned long long)kv.value.u, shard_idx), 0);
+    }
+
+    // ---- tensor infos
+    size_t first_new = tensors_.size();
+    for (uint64_t t = 0; t < n_tensors; ++t) {
+        size_t at = r.pos();
+        TensorInfo ti;
+        std::string_view nm = r.read_string("tensor name");
+        if (nm.size() > kMaxTensorName)
+            r.error(strfmt("tensor name #%llu is too long (%zu >= 64)", (unsigned long long)t, nm.size()), at);
+        ti.name = std::string(nm);
+        ti.shard = shard_idx;
+        ti.n_dims = r.read<uint32_t>("tensor n_dims");
+        if (ti.n_dims > 4) r.error(strfmt("tensor '%s' has n_dims %u > 4", ti.name.c_str(), ti.n_dims), at);
+        for (uint32_t j = 0; j < ti.n_dims; ++j) {
+            int64_t ne = r.read<int64_t>("tensor dims");
+            if (ne < 0) r.error(strfmt("tensor '%s' dim %u is negative", ti.name.c_str(), j), at);
+            ti.ne[j] = ne;
+        }
+        // Element count must not overflow int64.
+        int64_t total = 1;
+        for (int j = 0; j < 4; ++j) {
+            if (ti.ne[j] != 0 && total > std::numeric_limits<int64_t>::max() / ti.ne[j])
+                r.error(strfmt("tensor '%s' element count overflows", ti.name.c_str()), at);
+            total *= ti.ne[j];
+        }
+        size_t tat = r.pos();
+        uint32_t type = r.read<uint32_t>("tensor type");
+        auto tt = type_traits(type);
+        if (!tt) r.error(strfmt("tensor '%s' has unknown/removed ggml type %u", ti.name.c_str(), type), tat);
+        ti.type = GgmlType(type);
+        if (ti.ne[0] % tt->block_size != 0)
+            r.error(strfmt("tensor '%s' row length %lld not a multiple of block size %u for type %s", ti.name.c_str(),
+                           (long long)ti.ne[0], tt->block_size, tt->name), at);
+        // nbytes = (ne0/bs)*ts*ne1*ne2*ne3, overflow-checked.
+        uint64_t nb = uint64_t(ti.ne[0] / tt->block_size) * tt->type_size;  // < 2^63 * 292/256: checked below
+        bool overflow = uint64_t(ti.ne[0] / tt->block_size) > uint64_t(std::numeric_limits<int64_t>::max()) / tt->type_size;
+        for (int j = 1; j < 4 && !overflow; ++j) {
+            if (ti.ne[j] != 0 && nb > uint64_t(std::numeric_limits<int64_t>::max()) / uint64_t(ti.ne[j])) overflow = true;
+            else nb *= uint64_t(ti.ne[j]);
+        }
+        if (overflow) r.error(strfmt("tensor '%s' has a size in bytes that overflows", ti.name.c_str()), at);
+        ti.nbytes = nb;
+        ti.offset = r.read<uint64_t>("tensor offset");
+        if (ti.offset % alignment != 0)
+            r.error(strfmt("tensor '%s' offset %llu is not a multiple of alignment %u", ti.name.c_str(),
+                           (unsigned long long)ti.offset, alignment), at);
+        tensors_.push_back(std::move(ti));
+    }
+
+    // ---- data section
+    uint64_t data_start = r.pos();
+    if (n_tensors > 0) data_start = (data_start + alignment - 1) / alignment * alignment;
+    uint64_t expected = 0;
+    bool canonical = true;
+    for (size_t t = first_new; t < tensors_.size(); ++t) {
+        TensorInfo& ti = tensors_[t];
+        if (ti.offset > size || data_start > size - ti.offset || ti.nbytes > size - data_start - ti.offset)
+            fail(strfmt("gguf: %s: tensor '%s' data [%llu, %llu) is outside the file (size %zu)", name.c_str(),
+                        ti.name.c_str(), (unsigned long long)(data_start + ti.offset),
+                        (unsigned long long)(data_start + ti.offset + ti.nbytes), size));
+        ti.file_offset = data_start + ti.offset;
+        ti.data = data + ti.file_offset;
+        if (ti.offset != expected) canonical = false;
+        expected = ti.offset + (ti.nbytes + alignment - 1) / alignment * alignment;
+    }
+    if (!canonical) {
+        warnings_.push_back(strfmt("%s: tensor data is not laid out canonically", name.c_str()));
+        // Non-canonical layouts are tolerated, overlaps are not.
+        std::vector<const TensorInfo*> sorted;
+        for (size_t t = first_new; t < tensors_.size(); ++t) sorted.push_back(&tensors_[t]);
+        std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+        for (size_t t = 1; t < sorted.size(); ++t)
+            if (sorted[t - 1]->nbytes > 0 && sorted[t]->offset < sorted[t - 1]->offset + sorted[t - 1]->nbytes)
+                fail(strfmt("gguf: %s: tensors '%s' and '%s' overlap", name.c_str(), sorted[t - 1]->name.c_str(),
+                            sorted[t]->name.c_str()));
+    }
+
+    if (keep_metadata) kvs_ = std::move(kvs);
+}
+
+void File::index() {
+    kv_index_.clear();
+    for (size_t i = 0; i < kvs_.size(); ++i) kv_index_.emplace(kvs_[i].key, i);
+    tensor_index_.clear();
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+        auto [it, inserted] = tensor_index_.emplace(tensors_[i].name, i);
+        if (!inserted) fail(strfmt("gguf: %s: duplicate tensor name '%s'", path_.c_str(), tensors_[i].name.c_str()));
+    }
+}
+
+const Value* File::find(std::string_view key) const {
+    auto it = kv_index_.find(key);
+    return it == kv_index_.end() ? nullptr : &kvs_[it->second].value;
+}
+
+const TensorInfo* File::find_tensor(std::string_view name) const {
+    auto it = tensor_index_.find(name);
+    return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+std::optional<uint64_t> File::get_uint(std::string_view key) const {
+    const Value* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_integer() && v->type != ValueType::BOOL)
+        fail(strfmt("gguf: %s: key '%.*s' has type %s, expected an integer", path_.c_str(), int(key.size()), key.data(),
+                    value_type_name(v->type)));
+    if (v->i < 0 && v->type != ValueType::U64)
+        fail(strfmt("gguf: %s: key '%.*s' is negative (%lld)", path_.c_str(), int(key.size()), key.data(), (long long)v->i));
+    return v->u;
+}
+
+std::optional<int64_t> File::get_int(std::string_view key) const {
+    const Value* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_integer())
+        fail(strfmt("gguf: %s: key '%.*s' has type %s, expected an integer", path_.c_str(), int(key.size()), key.data(),
+                    value_type_name(v->type)));
+    return v->i;
+}
+
+std::optional<double> File::get_float(std::string_view key) const {
+    const Value* v = find(key);
+    if (!v) return std::nullopt;
+    if (v->type == ValueType::F32 || v->type == ValueType::F64) return v->f;
+    if (v->is_integer()) return double(v->i);
+    fail(strfmt("gguf: %s: key '%.*s' has type %s, expected a number", path_.c_str(), int(key.size()), key.data(),
+                value_type_name(v->type)));
+}
+
+std::optional<bool> File::get_bool(std::string_view key) const {
+    const Value* v = find(key);
+    if (!v) return std::nullopt;
+    if (v->type != ValueType::BOOL && !v->is_integer())
+        fail(strfmt("gguf: %s: key '%.*s' has type %s, expected bool", path_.c_str(), int(key.size()), key.data(),
+                    value_type_name(v->type)));
+    return v->u != 0;
+}
+
+std::optional<std::string_view> File::get_string(std::string_view key) const {
+    const Value* v = find(key);
+    if (!v) return std::nullopt;
+    if (v->type != ValueType::STRING)
+        fail(strfmt("gguf: %s: key '%.*s' has type %s, expected string", path_.c_str(), int(key.size()), key.data(),
+                    value_type_name(v->type)));
+    return v->str;
+}
+
+uint64_t File::require_uint(std::string_view key) const {
+    auto v = get_uint(key);
+    if (!v) fail(strfmt("gguf: %s: required key '%.*s' is missing", path_.c_str(), int(key.size()), key.data()));
+    return *v;
+}
+
+double File::require_float(std::string_view key) const {
+    auto v = get_float(key);
+    if (!v) fail(strfmt("gguf: %s: required key '%.*s' is missing", path_.c_str(), int(key.size()), key.data()));
+    return *v;
+}
+
+std::string_view File::require_string(std::string_view key) const {
+    auto v = get_string(key);
+    if (!v) fail(strfmt("gguf: %s: required key '%.*s' is missing", path_.c_str(), int(key.size()), key.data()));
+    return *v;
+}
+
+const std::vector<std::string_view>* File::get_string_array(std::string_view key) const {
+    const Value* v = find(key);
+    if (!v) return nullptr;
+    if (v->type != ValueType::ARRAY || v->elem_type != ValueType::STRING)
+        fail(strfmt("gguf: %s: key '%.*s' is not an array of strings", path_.c_str(), int(key.size()), key.data()));
+    return &v->strings;
+}
+
+}  // namespace qinfer::gguf

@@ -1,0 +1,26 @@
+// Helpers shared by the tests: where the reference data is, reading golden files,
+// running the qinfer binary.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qinfer::test {
+
+std::string reference_dir();                       // ../shared/reference (absolute)
+std::string reference_path(const std::string& name);
+std::string source_dir();
+std::string qinfer_binary();
+bool reference_available();                        // false -> tests GTEST_SKIP with a message
+
+std::string read_text(const std::string& path);
+std::vector<uint8_t> read_bytes(const std::string& path);
+std::vector<float> read_f32(const std::string& path);
+
+// Runs a shell command, returns exit code; stdout (and stderr if merge) into *out.
+int run_command(const std::string& cmd, std::string* out, bool merge_stderr = false);
+
+// A fresh temporary directory, removed at process exit.
+std::string temp_dir();
+
+}  // namespace qinfer::test
