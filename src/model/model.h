@@ -1,0 +1,68 @@
+// The model as the engine sees it: load a GGUF, run batches of tokens from one or
+// more sequences (slots), get logits. Which backend runs which layer is decided
+// at load (placement); the engine and the scheduler never see kernels.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/hparams.h"
+#include "quant/types.h"
+
+namespace qinfer {
+namespace gguf { class File; }
+
+struct ModelOptions {
+    int n_ctx = 4096;              // tokens of context per slot
+    int n_slots = 1;               // parallel sequences (server -np)
+    int n_batch = 512;             // max tokens per forward call (larger prompts are split by the caller)
+    int n_threads = 0;             // CPU threads; 0 = physical cores
+    int gpu_layers = 0;            // layers on the GPU (-ngl); -1 = auto
+    GgmlType kv_type = GgmlType::F16;  // F16 or F32
+    uint64_t vram_limit = 0;       // bytes the GPU allocator may use (0 = what is free)
+};
+
+// One forward step. Tokens of one slot must be contiguous in the batch and have
+// consecutive positions continuing that slot's history (pos == slot length).
+struct Batch {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> pos;
+    std::vector<int32_t> slot;
+    std::vector<uint8_t> want_logits;  // 1 = return logits for this token
+
+    void add(int32_t token, int32_t p, int32_t s, bool logits) {
+        tokens.push_back(token);
+        pos.push_back(p);
+        slot.push_back(s);
+        want_logits.push_back(logits ? 1 : 0);
+    }
+    size_t size() const { return tokens.size(); }
+    void clear() { tokens.clear(); pos.clear(); slot.clear(); want_logits.clear(); }
+};
+
+class Model {
+public:
+    // Reads the GGUF, validates every tensor (clear error naming a missing or
+    // mis-shaped tensor), places layers on backends and allocates state.
+    static std::unique_ptr<Model> load(const std::string& path, const ModelOptions& opt);
+    virtual ~Model() = default;
+
+    virtual const HParams& hparams() const = 0;
+    virtual const gguf::File& file() const = 0;
+    virtual const ModelOptions& options() const = 0;
+
+    // Runs the batch. `logits` receives n_vocab floats per token with want_logits,
+    // in batch order. Throws Error (e.g. context full) without changing state.
+    virtual void forward(const Batch& batch, std::vector<float>& logits) = 0;
+
+    // Forgets a slot's history (KV length 0, recurrent state zero).
+    virtual void clear_slot(int slot) = 0;
+    // Tokens currently held by a slot.
+    virtual int slot_length(int slot) const = 0;
+
+    // Short description of the placement, e.g. "CPU (8 threads)" or "CUDA 24/24 layers".
+    virtual std::string backend_description() const = 0;
+};
+
+}  // namespace qinfer

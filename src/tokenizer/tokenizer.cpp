@@ -1,0 +1,2 @@
+// placeholder; replaced as the layer is written
+namespace qinfer {}
