@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# On a GPU machine: build with CUDA, run the CUDA tests, compare CUDA with CPU
+# logits on the reference models, and run the benchmarks. Ends with a short table.
+#   scripts/gpu-check.sh [--quick] [--bench-only]
+# Optional inputs: .gpu-deps/*.deb (Debian packages to unpack when the machine lacks
+# them), .gpu-data/ (reference models and logits; defaults to ../shared/reference).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/qinfer-gpu-out}"; mkdir -p "$OUT"
+LOG="$OUT/gpu-check.log"; : > "$LOG"
+SUMMARY="$OUT/summary.txt"; : > "$SUMMARY"
+say() { echo "$@" | tee -a "$SUMMARY"; }
+step() { echo "== $*" | tee -a "$LOG"; }
+
+# Dependencies: unpack carried Debian packages into a private prefix.
+PREFIX=/tmp/qinfer-deps
+if ls .gpu-deps/*.deb >/dev/null 2>&1; then
+  mkdir -p "$PREFIX"
+  for f in .gpu-deps/*.deb; do dpkg-deb -x "$f" "$PREFIX" 2>>"$LOG" || dpkg -x "$f" "$PREFIX"; done
+  export CMAKE_PREFIX_PATH="$PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export CPATH="$PREFIX/usr/include${CPATH:+:$CPATH}"
+fi
+REF="${QINFER_REFERENCE_DIR:-}"
+[ -z "$REF" ] && { [ -d .gpu-data ] && REF="$PWD/.gpu-data" || REF="$PWD/../shared/reference"; }
+export QINFER_REFERENCE_DIR="$REF"
+
+step "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
+nvcc --version | tail -1 | tee -a "$LOG"; g++ --version | head -1 | tee -a "$LOG"; cmake --version | head -1 | tee -a "$LOG"
+say "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)  $(date -u +%FT%TZ)"
+say "gpu $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+
+step "build"
+t0=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQINFER_CUDA=ON \
+  -DQINFER_REFERENCE_DIR="$REF" >>"$LOG" 2>&1 || cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DQINFER_CUDA=ON -DQINFER_REFERENCE_DIR="$REF" >>"$LOG" 2>&1
+if ! cmake --build build-gpu -j"$(nproc)" >>"$LOG" 2>&1; then
+  grep -E "error|Error" "$LOG" | head -40
+  say "build FAILED"; exit 1
+fi
+say "build ok in $(( $(date +%s) - t0 )) s"
+
+step "tests"
+ctest --test-dir build-gpu --output-on-failure -j4 --timeout 300 ${CTEST_ARGS:-} >"$OUT/ctest.log" 2>&1
+say "ctest: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/ctest.log" | head -30 | tee -a "$SUMMARY"
+
+# Further steps (CUDA vs CPU logits, benchmarks) are added by scripts/gpu-steps.d/*.sh
+for s in scripts/gpu-steps.d/*.sh; do
+  [ -f "$s" ] || continue
+  step "$s"; bash "$s" build-gpu "$REF" "$OUT" 2>&1 | tee -a "$LOG" | tail -40 >> "$SUMMARY"
+done
+echo; echo "==== summary"; cat "$SUMMARY"
