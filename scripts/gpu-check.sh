@@ -28,7 +28,7 @@ export QINFER_REFERENCE_DIR="$REF"
 step "machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
 nvcc --version | tail -1 | tee -a "$LOG"; g++ --version | head -1 | tee -a "$LOG"; cmake --version | head -1 | tee -a "$LOG"
-say "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)  $(date -u +%FT%TZ)"
+say "commit ${QINFER_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}  $(date -u +%FT%TZ)"
 say "gpu $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 
 step "build"
