@@ -9,9 +9,11 @@
 
 #include "model/hparams.h"
 #include "quant/types.h"
+#include "runtime/state.h"
 
 namespace qinfer {
 namespace gguf { class File; }
+class Backend;
 
 struct ModelOptions {
     int n_ctx = 4096;              // tokens of context per slot
@@ -41,11 +43,21 @@ struct Batch {
     void clear() { tokens.clear(); pos.clear(); slot.clear(); want_logits.clear(); }
 };
 
+// Which backend runs what. load(path, opt) builds it from ModelOptions
+// (gpu_layers); tests and the GPU planner may build their own.
+struct Placement {
+    std::vector<std::shared_ptr<Backend>> backends;  // kept alive by the model
+    std::vector<int> layer;  // backend index of each main layer (size n_layer)
+    int embed = 0;           // token embedding lookup
+    int head = 0;            // output norm + LM head
+};
+
 class Model {
 public:
     // Reads the GGUF, validates every tensor (clear error naming a missing or
     // mis-shaped tensor), places layers on backends and allocates state.
     static std::unique_ptr<Model> load(const std::string& path, const ModelOptions& opt);
+    static std::unique_ptr<Model> load(const std::string& path, const ModelOptions& opt, Placement placement);
     virtual ~Model() = default;
 
     virtual const HParams& hparams() const = 0;
@@ -60,6 +72,10 @@ public:
     virtual void clear_slot(int slot) = 0;
     // Tokens currently held by a slot.
     virtual int slot_length(int slot) const = 0;
+    // Host copy of a slot's whole state (KV rows and DeltaNet state) and its
+    // restoration into any slot: prompt-cache checkpoints, sequence forks.
+    virtual StateStore::Snapshot save_slot(int slot) const = 0;
+    virtual void restore_slot(int slot, const StateStore::Snapshot& snap) = 0;
 
     // Short description of the placement, e.g. "CPU (8 threads)" or "CUDA 24/24 layers".
     virtual std::string backend_description() const = 0;
