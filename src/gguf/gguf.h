@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/mapped_file.h"
@@ -21,7 +22,8 @@ enum class ValueType : uint32_t {
 };
 const char* value_type_name(ValueType t);
 
-// One metadata value. Strings are views into the mapped file (not NUL-terminated).
+// One metadata value. Strings and array elements are views into the mapped file
+// (not NUL-terminated): they live as long as the File.
 struct Value {
     ValueType type = ValueType::U8;
     // scalars (the field matching `type` is set; integers are also widened into i/u)
@@ -38,7 +40,9 @@ struct Value {
 
     bool is_integer() const;
     bool is_array() const { return type == ValueType::ARRAY; }
-    // Element accessors for numeric arrays (index < count); throws on non-numeric arrays.
+    // Element accessors for numeric/bool arrays (index < count); throw on other arrays.
+    // int_at returns u64 elements bit-cast; a float that is not representable as an
+    // int64 (NaN, huge) is an error, not undefined behaviour.
     int64_t int_at(uint64_t idx) const;
     double float_at(uint64_t idx) const;
 };
@@ -65,6 +69,9 @@ struct KeyValue {
 
 class File {
 public:
+    File(const File&) = delete;  // the indexes hold views into this object
+    File& operator=(const File&) = delete;
+
     // Opens a GGUF file; if its name is `<prefix>-00001-of-0000N.gguf`, opens all shards.
     // Throws qinfer::Error with "gguf: <file>: <message> (offset O)" on any problem.
     static std::unique_ptr<File> open(const std::string& path);
@@ -102,8 +109,10 @@ public:
 
 private:
     File() = default;
+    // Parses one shard; shard 0's metadata becomes the file's. n_shards > 1 also
+    // checks the shard's split.no / split.count keys.
     void parse_shard(const uint8_t* data, size_t size, const std::string& name, uint32_t shard_idx,
-                     bool keep_metadata);
+                     uint32_t n_shards);
     void index();
 
     std::string path_;
@@ -115,6 +124,7 @@ private:
     std::unordered_map<std::string_view, size_t> kv_index_;
     std::vector<TensorInfo> tensors_;
     std::unordered_map<std::string_view, size_t> tensor_index_;
+    std::unordered_set<std::string> seen_tensors_;  // names across all shards, while parsing
     std::vector<std::string> warnings_;
 };
 
