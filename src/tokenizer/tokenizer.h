@@ -46,7 +46,8 @@ public:
     static constexpr int32_t kNoToken = -1;
 
     // Throws qinfer::Error for a missing/unsupported tokenizer.ggml.model or
-    // tokenizer.ggml.pre, inconsistent arrays, or out-of-range special ids.
+    // tokenizer.ggml.pre, or missing/inconsistent arrays. Out-of-range special
+    // ids are ignored with a warning (llama.cpp does the same).
     explicit Tokenizer(const gguf::File& file, const TokenizerOptions& opts = {});
     ~Tokenizer();
     Tokenizer(const Tokenizer&) = delete;
@@ -97,6 +98,10 @@ public:
     // (<|im_end|>, <|endoftext|>, </s>, ...), plus eos and eot.
     bool is_eog(int32_t id) const;
     const std::vector<int32_t>& eog_ids() const;  // sorted
+
+    // Non-fatal oddities found while loading (forced control tokens, ignored
+    // out-of-range special ids, ...), one line each.
+    const std::vector<std::string>& warnings() const;
 
     struct Impl;
 
