@@ -2,7 +2,6 @@
 // and type class, and uploads them to the backend that will use them. A bad
 // file fails here, at load, with the tensor named - never later inside a kernel.
 #pragma once
-#include <deque>
 #include <initializer_list>
 #include <set>
 #include <string>
@@ -38,7 +37,6 @@ private:
 
     const gguf::File& f_;
     Backend* be_ = nullptr;
-    std::deque<std::string> names_;  // stable storage for Tensor::name
     std::set<std::string> bound_;
 };
 

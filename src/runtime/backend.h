@@ -47,10 +47,11 @@ struct Tensor {
 
 // Contiguous strides for `ne` of type t.
 void set_contiguous_strides(Tensor& t);
-// A view with new extents and strides starting `offset` bytes into t.
+// A view of t with extents ne and byte strides nb for dims 1.. (dim 0 stays
+// contiguous; omitted strides are contiguous), starting `offset` bytes into t.
 Tensor view(const Tensor& t, std::initializer_list<int64_t> ne, std::initializer_list<size_t> nb, size_t offset = 0);
-// The first n entries of the outermost used dimension (e.g. the first T tokens of
-// a [E, n_batch] scratch buffer).
+// The first n rows (ne[1]) of a 2-D tensor, e.g. the first T tokens of an
+// [E, n_batch] scratch buffer.
 Tensor first_rows(const Tensor& t, int64_t n);
 // A contiguous tensor reinterpreted with other extents (same element count).
 Tensor reshape(const Tensor& t, std::initializer_list<int64_t> ne);

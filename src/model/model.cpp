@@ -1,0 +1,306 @@
+// Model::load and the forward walk shared by all architectures: embedding,
+// layers on their backends (one hidden-state copy where the backend changes),
+// final norm and LM head for the requested rows. The per-layer math lives in
+// qwen2.cpp / qwen3.cpp / qwen35.cpp.
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "common/error.h"
+#include "common/platform.h"
+#include "common/thread_pool.h"
+#include "gguf/gguf.h"
+#include "model/dump.h"
+#include "model/layers.h"
+#include "model/model.h"
+
+namespace qinfer {
+
+const ArchDef& arch_def(Arch a) {
+    switch (a) {
+        case Arch::Qwen2: return qwen2_arch();
+        case Arch::Qwen3: return qwen3_arch();
+        case Arch::Qwen35: return qwen35_arch();
+    }
+    fail("model: unknown architecture");
+}
+
+namespace {
+
+constexpr int64_t kHeadChunk = 32;  // LM-head rows per matmul: bounds the logits buffer
+
+class TransformerModel final : public Model {
+public:
+    TransformerModel(std::unique_ptr<gguf::File> file, const ModelOptions& opt, Placement placement);
+
+    const HParams& hparams() const override { return hp_; }
+    const gguf::File& file() const override { return *file_; }
+    const ModelOptions& options() const override { return opt_; }
+    void forward(const Batch& batch, std::vector<float>& logits) override;
+    void clear_slot(int slot) override { state_->clear(slot); }
+    int slot_length(int slot) const override {
+        check_slot(slot);
+        return state_->length(slot);
+    }
+    StateStore::Snapshot save_slot(int slot) const override { return state_->save(slot); }
+    void restore_slot(int slot, const StateStore::Snapshot& snap) override { state_->restore(slot, snap); }
+    std::string backend_description() const override;
+
+private:
+    struct PerBackend {
+        Scratch s;
+        StepInfo step;
+        Tensor ids;      // I32 [n_batch]: token ids (embed backend) / gathered rows (head backend)
+        Tensor xo;       // [E, kHeadChunk] rows for the head
+        Tensor logits;   // [V, kHeadChunk]
+    };
+
+    void check_slot(int slot) const {
+        if (slot < 0 || slot >= opt_.n_slots)
+            fail(strfmt("model: slot %d out of range (0..%d)", slot, opt_.n_slots - 1));
+    }
+    std::vector<StepInfo::Segment> validate(const Batch& batch) const;
+    void alloc_scratch(int bi, bool attn, bool rec);
+    void prepare_step(int bi, const Batch& batch, const std::vector<StepInfo::Segment>& segs);
+    Backend& backend(int bi) const { return *placement_.backends[size_t(bi)]; }
+
+    std::unique_ptr<gguf::File> file_;
+    HParams hp_;
+    ModelOptions opt_;
+    Placement placement_;
+    const ArchDef& arch_;
+    Tensor token_embd_, output_norm_, output_, output_b_;
+    std::vector<LayerWeights> layers_;
+    std::unique_ptr<StateStore> state_;
+    std::vector<PerBackend> pb_;
+    std::vector<bool> used_;  // backend index is used by this model
+    std::unique_ptr<Dumper> dumper_;
+};
+
+TransformerModel::TransformerModel(std::unique_ptr<gguf::File> file, const ModelOptions& opt, Placement placement)
+    : file_(std::move(file)),
+      hp_(HParams::from_gguf(*file_)),
+      opt_(opt),
+      placement_(std::move(placement)),
+      arch_(arch_def(hp_.arch)) {
+    const std::string& path = file_->path();
+    if (opt_.n_ctx <= 0 || opt_.n_slots <= 0 || opt_.n_batch <= 0)
+        fail(strfmt("model: %s: n_ctx, n_slots and n_batch must be positive", path.c_str()));
+    const size_t nb = placement_.backends.size();
+    auto valid = [&](int i) { return i >= 0 && size_t(i) < nb && placement_.backends[size_t(i)]; };
+    if (placement_.layer.size() != size_t(hp_.n_layer) || !valid(placement_.embed) || !valid(placement_.head) ||
+        !std::all_of(placement_.layer.begin(), placement_.layer.end(), valid))
+        fail(strfmt("model: %s: placement does not cover the %lld layers", path.c_str(), (long long)hp_.n_layer));
+
+    // Weights, each on the backend that uses it.
+    const int64_t E = hp_.n_embd, V = hp_.n_vocab;
+    WeightBinder b(*file_);
+    b.set_backend(&backend(placement_.embed));
+    token_embd_ = b.matrix("token_embd.weight", E, V);
+    b.set_backend(&backend(placement_.head));
+    output_norm_ = b.f32("output_norm.weight", {E});
+    output_ = hp_.tied_output ? Tensor{} : b.matrix("output.weight", E, V);
+    output_b_ = b.optional_f32("output.bias", {V});
+    if (!output_) {
+        // Tied head: the embedding matrix, uploaded again if the head lives elsewhere.
+        output_ = placement_.head == placement_.embed ? token_embd_ : b.matrix("token_embd.weight", E, V);
+    }
+    layers_.resize(size_t(hp_.n_layer));
+    for (int il = 0; il < int(hp_.n_layer); ++il) {
+        b.set_backend(&backend(placement_.layer[size_t(il)]));
+        arch_.bind_layer(b, hp_, il, layers_[size_t(il)]);
+    }
+    for (const std::string& name : b.unused(hp_.n_layer))
+        std::fprintf(stderr, "warning: %s: tensor '%s' is not used by the %s model\n", path.c_str(), name.c_str(),
+                     hp_.arch_str.c_str());
+
+    // State and scratch.
+    std::vector<Backend*> lb;
+    for (int i : placement_.layer) lb.push_back(&backend(i));
+    state_ = std::make_unique<StateStore>(hp_, StateConfig{opt_.n_ctx, opt_.n_slots, opt_.kv_type}, lb);
+    pb_.resize(nb);
+    used_.assign(nb, false);
+    std::vector<bool> attn(nb, false), rec(nb, false);
+    for (int il = 0; il < int(hp_.n_layer); ++il) {
+        size_t bi = size_t(placement_.layer[size_t(il)]);
+        used_[bi] = true;
+        (hp_.is_recurrent(il) ? rec : attn)[bi] = true;
+    }
+    used_[size_t(placement_.embed)] = used_[size_t(placement_.head)] = true;
+    for (size_t bi = 0; bi < nb; ++bi)
+        if (used_[bi]) alloc_scratch(int(bi), attn[bi], rec[bi]);
+    dumper_ = Dumper::from_env();
+}
+
+void TransformerModel::alloc_scratch(int bi, bool attn, bool rec) {
+    Backend& be = backend(bi);
+    PerBackend& p = pb_[size_t(bi)];
+    Scratch& s = p.s;
+    const int64_t B = opt_.n_batch, E = hp_.n_embd, d = hp_.head_dim;
+    s.x = be.alloc(GgmlType::F32, {E, B}, "x");
+    s.h = be.alloc(GgmlType::F32, {E, B}, "h");
+    s.mix = be.alloc(GgmlType::F32, {E, B}, "mix");
+    s.ffn_g = be.alloc(GgmlType::F32, {hp_.n_ff, B}, "ffn_g");
+    s.ffn_u = be.alloc(GgmlType::F32, {hp_.n_ff, B}, "ffn_u");
+    if (attn) {
+        const bool gated = hp_.arch == Arch::Qwen35;
+        s.q = be.alloc(GgmlType::F32, {(gated ? 2 : 1) * hp_.n_head * d, B}, "q");
+        if (gated) s.qn = be.alloc(GgmlType::F32, {hp_.n_head * d, B}, "qn");
+        s.k = be.alloc(GgmlType::F32, {hp_.n_head_kv * d, B}, "k");
+        s.v = be.alloc(GgmlType::F32, {hp_.n_head_kv * d, B}, "v");
+        s.att = be.alloc(GgmlType::F32, {hp_.n_head * d, B}, "att");
+    }
+    if (rec) {
+        const int64_t C = hp_.ssm_conv_channels(), Dv = hp_.ssm_inner, Hv = hp_.ssm_v_heads;
+        s.qkv = be.alloc(GgmlType::F32, {C, B}, "qkv");
+        s.conv = be.alloc(GgmlType::F32, {C, B}, "conv");
+        s.z = be.alloc(GgmlType::F32, {Dv, B}, "z");
+        s.o = be.alloc(GgmlType::F32, {Dv, B}, "o");
+        s.y = be.alloc(GgmlType::F32, {Dv, B}, "y");
+        s.a = be.alloc(GgmlType::F32, {Hv, B}, "a");
+        s.b = be.alloc(GgmlType::F32, {Hv, B}, "b");
+    }
+    p.step.pos_t = be.alloc(GgmlType::I32, {B}, "pos");
+    p.step.slot_t = be.alloc(GgmlType::I32, {B}, "slot");
+    p.step.seg_t = be.alloc(GgmlType::I32, {4, B}, "segments");
+    p.ids = be.alloc(GgmlType::I32, {B}, "ids");
+    if (bi == placement_.head) {
+        p.xo = be.alloc(GgmlType::F32, {E, kHeadChunk}, "head_in");
+        p.logits = be.alloc(GgmlType::F32, {hp_.n_vocab, kHeadChunk}, "logits");
+    }
+}
+
+std::vector<StepInfo::Segment> TransformerModel::validate(const Batch& batch) const {
+    const size_t T = batch.size();
+    if (T == 0) fail("model: empty batch");
+    if (batch.pos.size() != T || batch.slot.size() != T || batch.want_logits.size() != T)
+        fail("model: batch arrays (tokens, pos, slot, want_logits) differ in length");
+    if (T > size_t(opt_.n_batch))
+        fail(strfmt("model: batch of %zu tokens exceeds n_batch %d", T, opt_.n_batch));
+    std::vector<StepInfo::Segment> segs;
+    std::set<int32_t> seen;
+    for (size_t t = 0; t < T; ++t) {
+        if (batch.tokens[t] < 0 || batch.tokens[t] >= hp_.n_vocab)
+            fail(strfmt("model: token id %d out of range (vocabulary of %lld)", batch.tokens[t],
+                        (long long)hp_.n_vocab));
+        const int32_t s = batch.slot[t];
+        check_slot(s);
+        if (segs.empty() || segs.back().slot != s) {
+            if (!seen.insert(s).second) fail(strfmt("model: tokens of slot %d are not contiguous in the batch", s));
+            segs.push_back({int32_t(t), 0, s, batch.pos[t]});
+        }
+        StepInfo::Segment& sg = segs.back();
+        if (batch.pos[t] != sg.pos0 + sg.count)
+            fail(strfmt("model: slot %d: position %d does not follow %d", s, batch.pos[t], sg.pos0 + sg.count - 1));
+        ++sg.count;
+    }
+    for (const StepInfo::Segment& sg : segs) {
+        if (sg.pos0 != state_->length(sg.slot))
+            fail(strfmt("model: slot %d holds %d tokens, but the batch continues at position %d", sg.slot,
+                        state_->length(sg.slot), sg.pos0));
+        if (sg.pos0 + sg.count > opt_.n_ctx)
+            fail(strfmt("model: context full: slot %d holds %d tokens, %d more exceed n_ctx %d", sg.slot, sg.pos0,
+                        sg.count, opt_.n_ctx));
+    }
+    return segs;
+}
+
+void TransformerModel::prepare_step(int bi, const Batch& batch, const std::vector<StepInfo::Segment>& segs) {
+    Backend& be = backend(bi);
+    StepInfo& st = pb_[size_t(bi)].step;
+    st.n_tokens = int(batch.size());
+    st.pos = batch.pos;
+    st.slot = batch.slot;
+    st.segments = segs;
+    be.write(st.pos_t, st.pos.data(), st.pos.size() * 4);
+    be.write(st.slot_t, st.slot.data(), st.slot.size() * 4);
+    be.write(st.seg_t, st.segments.data(), st.segments.size() * sizeof(StepInfo::Segment));
+}
+
+void TransformerModel::forward(const Batch& batch, std::vector<float>& logits) {
+    const std::vector<StepInfo::Segment> segs = validate(batch);
+    const int T = int(batch.size());
+    const int64_t V = hp_.n_vocab;
+    if (dumper_) dumper_->begin_call();
+    for (size_t bi = 0; bi < pb_.size(); ++bi)
+        if (used_[bi]) prepare_step(int(bi), batch, segs);
+
+    // Embedding lookup.
+    int cur = placement_.embed;
+    {
+        PerBackend& p = pb_[size_t(cur)];
+        backend(cur).write(p.ids, batch.tokens.data(), size_t(T) * 4);
+        backend(cur).get_rows(token_embd_, view(p.ids, {T}, {}), first_rows(p.s.x, T));
+    }
+    // Layers; the hidden state moves only where the backend changes.
+    for (int il = 0; il < int(hp_.n_layer); ++il) {
+        const int bi = placement_.layer[size_t(il)];
+        if (bi != cur) copy_between(first_rows(pb_[size_t(cur)].s.x, T), first_rows(pb_[size_t(bi)].s.x, T));
+        cur = bi;
+        PerBackend& p = pb_[size_t(bi)];
+        const LayerCtx c{backend(bi), hp_, p.s, p.step, *state_, il, T, dumper_.get()};
+        arch_.forward_layer(c, layers_[size_t(il)]);
+    }
+    const int hb = placement_.head;
+    if (hb != cur) copy_between(first_rows(pb_[size_t(cur)].s.x, T), first_rows(pb_[size_t(hb)].s.x, T));
+
+    // Head on the requested rows only, kHeadChunk rows at a time.
+    std::vector<int32_t> rows;
+    for (int t = 0; t < T; ++t)
+        if (batch.want_logits[size_t(t)]) rows.push_back(t);
+    logits.resize(rows.size() * size_t(V));
+    Backend& be = backend(hb);
+    PerBackend& p = pb_[size_t(hb)];
+    const Tensor x = first_rows(p.s.x, T);
+    for (size_t r0 = 0; r0 < rows.size(); r0 += size_t(kHeadChunk)) {
+        const int64_t n = std::min<int64_t>(kHeadChunk, int64_t(rows.size() - r0));
+        const Tensor xo = first_rows(p.xo, n), lg = first_rows(p.logits, n);
+        be.write(p.ids, rows.data() + r0, size_t(n) * 4);
+        be.get_rows(x, view(p.ids, {n}, {}), xo);
+        be.rms_norm(xo, output_norm_, hp_.rms_eps, xo);
+        if (dumper_) dumper_->write(-1, "result_norm", xo);
+        be.matmul(output_, xo, lg, &output_b_);
+        be.read(lg, logits.data() + r0 * size_t(V), size_t(n * V) * 4);
+    }
+    for (const StepInfo::Segment& sg : segs) state_->set_length(sg.slot, sg.pos0 + sg.count);
+}
+
+std::string TransformerModel::backend_description() const {
+    std::string out;
+    const size_t nb = placement_.backends.size();
+    for (size_t bi = 0; bi < nb; ++bi) {
+        int first = -1, last = -1, n = 0;
+        for (int il = 0; il < int(hp_.n_layer); ++il)
+            if (placement_.layer[size_t(il)] == int(bi)) {
+                if (first < 0) first = il;
+                last = il;
+                ++n;
+            }
+        if (n == 0) continue;
+        if (!out.empty()) out += ", ";
+        out += placement_.backends[bi]->name();
+        if (nb > 1) out += strfmt(" layers %d-%d", first, last);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opt, Placement placement) {
+    return std::make_unique<TransformerModel>(gguf::File::open(path), opt, std::move(placement));
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opt) {
+    auto file = gguf::File::open(path);
+    const HParams hp = HParams::from_gguf(*file);
+    const int n_threads = opt.n_threads > 0 ? opt.n_threads : physical_cores();
+    Placement pl;
+    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(n_threads)));
+    pl.layer.assign(size_t(hp.n_layer), 0);
+    if (opt.gpu_layers != 0)
+        std::fprintf(stderr, "warning: this build has no GPU backend; running all %lld layers on the CPU\n",
+                     (long long)hp.n_layer);
+    return std::make_unique<TransformerModel>(std::move(file), opt, std::move(pl));
+}
+
+}  // namespace qinfer

@@ -1,0 +1,141 @@
+#include "runtime/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+#include "runtime/cpu/cpu_kernels.h"
+
+namespace qinfer {
+
+namespace {
+constexpr size_t kAlign = 64;
+
+void* aligned_zeroed(size_t bytes) {
+    size_t n = (bytes + kAlign - 1) / kAlign * kAlign;
+    if (n == 0) n = kAlign;
+#ifdef _WIN32
+    void* p = _aligned_malloc(n, kAlign);
+#else
+    void* p = std::aligned_alloc(kAlign, n);
+#endif
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, n);
+    return p;
+}
+
+void aligned_release(void* p) {
+#ifdef _WIN32
+    _aligned_free(p);
+#else
+    std::free(p);
+#endif
+}
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<ThreadPool> pool) {
+    return std::make_unique<CpuBackend>(std::move(pool));
+}
+
+CpuBackend::CpuBackend(std::shared_ptr<ThreadPool> pool) : pool_(std::move(pool)) {
+    if (!pool_) fail("CPU backend: no thread pool");
+}
+
+std::string CpuBackend::name() const { return strfmt("CPU (%d threads)", pool_->size()); }
+
+CpuBackend::~CpuBackend() {
+    for (void* p : owned_) aligned_release(p);
+}
+
+Tensor CpuBackend::alloc(GgmlType type, std::initializer_list<int64_t> ne, const char* name) {
+    Tensor t;
+    t.type = type;
+    int i = 0;
+    for (int64_t n : ne) t.ne[i++] = n;
+    set_contiguous_strides(t);
+    t.backend = this;
+    t.name = name;
+    t.data = aligned_zeroed(t.nbytes());
+    owned_.insert(t.data);
+    return t;
+}
+
+void CpuBackend::free(Tensor& t) {
+    auto it = owned_.find(t.data);
+    if (it == owned_.end()) return;  // a weight view or a foreign pointer: nothing to free
+    aligned_release(t.data);
+    owned_.erase(it);
+    t.data = nullptr;
+}
+
+Tensor CpuBackend::upload_weight(const gguf::TensorInfo& ti) {
+    Tensor t;
+    t.type = ti.type;
+    for (int i = 0; i < 4; ++i) t.ne[i] = ti.ne[i];
+    set_contiguous_strides(t);
+    t.backend = this;
+    t.name = ti.name.c_str();
+    t.data = const_cast<uint8_t*>(ti.data);  // read-only mapping: ops never write weights
+    return t;
+}
+
+void CpuBackend::write(const Tensor& dst, const void* src, size_t bytes, size_t offset) {
+    std::memcpy(static_cast<uint8_t*>(dst.data) + offset, src, bytes);
+}
+
+void CpuBackend::read(const Tensor& src, void* dst, size_t bytes, size_t offset) {
+    std::memcpy(dst, static_cast<const uint8_t*>(src.data) + offset, bytes);
+}
+
+void CpuBackend::fill_zero(const Tensor& t) { std::memset(t.data, 0, t.nbytes()); }
+
+void CpuBackend::copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offset, size_t bytes) {
+    std::memmove(static_cast<uint8_t*>(t.data) + dst_offset, static_cast<const uint8_t*>(t.data) + src_offset, bytes);
+}
+
+void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+    if (src.n_elements() != dst.n_elements() || src.type != dst.type)
+        fail(strfmt("copy %s %s -> %s %s: shapes differ", src.name, shape_str(src).c_str(), dst.name,
+                    shape_str(dst).c_str()));
+    if (src.is_contiguous() && dst.is_contiguous()) {
+        std::memcpy(dst.data, src.data, src.nbytes());
+        return;
+    }
+    if (src.type != GgmlType::F32) fail("copy: strided copies are f32 only");
+    const int64_t n = src.ne[0];
+    parallel_rows(src.n_rows(), 16, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) std::memcpy(row_at(dst, r), row_at(src, r), size_t(n) * 4);
+    });
+}
+
+void CpuBackend::get_rows(const Tensor& w, const Tensor& ids, const Tensor& out) {
+    const int64_t T = ids.ne[0];
+    const int32_t* id = static_cast<const int32_t*>(ids.data);
+    for (int64_t t = 0; t < T; ++t)
+        if (id[t] < 0 || id[t] >= w.ne[1])
+            fail(strfmt("get_rows %s: row %d out of range (0..%lld)", w.name, id[t], (long long)w.ne[1] - 1));
+    parallel_rows(T, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t)
+            cpu::dequantize_row(w.type, w.row<uint8_t>(id[t]), out.row<float>(t), w.ne[0]);
+    });
+}
+
+void CpuBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, const Tensor* bias) {
+    const int64_t K = w.ne[0], N = w.ne[1], T = x.ne[1];
+    if (x.ne[0] != K || y.ne[0] != N || y.ne[1] != T || x.nb[1] != size_t(K) * 4)
+        fail(strfmt("matmul %s %s: x %s, y %s do not fit", w.name, shape_str(w).c_str(), shape_str(x).c_str(),
+                    shape_str(y).c_str()));
+    cpu::matmul(w.type, w.data, K, N, static_cast<const float*>(x.data), T, static_cast<float*>(y.data),
+                int64_t(y.nb[1] / 4), *pool_);
+    if (bias && *bias) {
+        const float* bv = static_cast<const float*>(bias->data);
+        for (int64_t t = 0; t < T; ++t) {
+            float* yr = y.row<float>(t);
+            for (int64_t i = 0; i < N; ++i) yr[i] += bv[i];
+        }
+    }
+}
+
+}  // namespace qinfer

@@ -1,0 +1,76 @@
+// CPU backend: host memory, weights used in place from the memory-mapped GGUF,
+// ops run synchronously on a shared thread pool.
+#pragma once
+#include <memory>
+#include <set>
+
+#include "common/thread_pool.h"
+#include "runtime/backend.h"
+
+namespace qinfer {
+
+class CpuBackend final : public Backend {
+public:
+    explicit CpuBackend(std::shared_ptr<ThreadPool> pool);
+    ~CpuBackend() override;
+
+    std::string name() const override;
+    bool host_memory() const override { return true; }
+    ThreadPool& pool() { return *pool_; }
+
+    Tensor alloc(GgmlType type, std::initializer_list<int64_t> ne, const char* name) override;
+    void free(Tensor& t) override;
+    Tensor upload_weight(const gguf::TensorInfo& ti) override;
+    void write(const Tensor& dst, const void* src, size_t bytes, size_t offset) override;
+    void read(const Tensor& src, void* dst, size_t bytes, size_t offset) override;
+    void fill_zero(const Tensor& t) override;
+    void synchronize() override {}
+
+    void get_rows(const Tensor& w, const Tensor& ids, const Tensor& out) override;
+    void matmul(const Tensor& w, const Tensor& x, const Tensor& y, const Tensor* bias) override;
+    void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) override;
+    void l2_norm(const Tensor& x, float eps, const Tensor& y) override;
+    void rms_norm_gated(const Tensor& x, const Tensor& w, const Tensor& z, float eps, const Tensor& y) override;
+    void add(const Tensor& a, const Tensor& b, const Tensor& y) override;
+    void swiglu(const Tensor& gate, const Tensor& up, const Tensor& y) override;
+    void sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& y) override;
+    void rope_neox(const Tensor& x, const StepInfo& step, int n_rot, float base, float freq_scale) override;
+    void attention(const Tensor& q, const Tensor& k, const Tensor& v, const KvCache& cache, const StepInfo& step,
+                   float scale, const Tensor& out) override;
+    void conv1d_silu(const Tensor& x, const Tensor& w, const RecurrentState& state, const StepInfo& step,
+                     const Tensor& out) override;
+    void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
+                          const Tensor& dt_bias, const Tensor& ssm_a, const RecurrentState& state,
+                          const StepInfo& step, const Tensor& out) override;
+    void copy(const Tensor& src, const Tensor& dst) override;
+    void copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offset, size_t bytes) override;
+
+    // Calls fn(first, last) over [0, n) in chunks of at least min_chunk, spread
+    // over the pool. Work items must be independent, so results never depend
+    // on the thread count.
+    template <class F> void parallel_rows(int64_t n, int64_t min_chunk, F&& fn) {
+        if (n <= 0) return;
+        const int64_t nt = pool_->size();
+        int64_t chunk = (n + nt * 4 - 1) / (nt * 4);
+        if (chunk < min_chunk) chunk = min_chunk;
+        const int64_t n_chunks = (n + chunk - 1) / chunk;
+        pool_->parallel_for(n_chunks, [&](int64_t c, int) {
+            const int64_t first = c * chunk;
+            fn(first, first + chunk < n ? first + chunk : n);
+        });
+    }
+
+private:
+
+    std::shared_ptr<ThreadPool> pool_;
+    std::set<void*> owned_;
+};
+
+// Row r of a tensor viewed as n_rows() rows of ne[0] elements.
+inline float* row_at(const Tensor& t, int64_t r) {
+    int64_t i1 = r % t.ne[1];
+    int64_t rest = r / t.ne[1];
+    return t.row<float>(i1, rest % t.ne[2], rest / t.ne[2]);
+}
+
+}  // namespace qinfer

@@ -1,0 +1,147 @@
+// Row-wise and elementwise CPU ops: norms, residual add, gates, RoPE.
+#include <cmath>
+#include <vector>
+
+#include "common/error.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/cpu_kernels.h"
+
+namespace qinfer {
+
+namespace {
+void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
+    for (int i = 0; i < 4; ++i)
+        if (a.ne[i] != b.ne[i])
+            fail(strfmt("%s: %s %s and %s %s differ in shape", op, a.name, shape_str(a).c_str(), b.name,
+                        shape_str(b).c_str()));
+}
+
+// 1/sqrt(mean(x^2) + eps) with the sum of squares in double, as the spec asks.
+float rms_scale(const float* x, int64_t n, float eps) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
+    return 1.f / std::sqrt(float(ss / double(n)) + eps);
+}
+}  // namespace
+
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) {
+    check_same_shape("rms_norm", x, y);
+    const int64_t n = x.ne[0];
+    if (w.ne[0] != n) fail(strfmt("rms_norm: weight %s %s does not match rows of %lld", w.name, shape_str(w).c_str(),
+                                  (long long)n));
+    const float* wv = static_cast<const float*>(w.data);
+    parallel_rows(x.n_rows(), 8, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* xr = row_at(x, r);
+            float* yr = row_at(y, r);
+            const float s = rms_scale(xr, n, eps);
+            for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * s) * wv[i];
+        }
+    });
+}
+
+void CpuBackend::l2_norm(const Tensor& x, float eps, const Tensor& y) {
+    check_same_shape("l2_norm", x, y);
+    const int64_t n = x.ne[0];
+    parallel_rows(x.n_rows(), 8, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* xr = row_at(x, r);
+            float* yr = row_at(y, r);
+            double ss = 0;
+            for (int64_t i = 0; i < n; ++i) ss += double(xr[i]) * double(xr[i]);
+            const float s = 1.f / std::max(float(std::sqrt(ss)), eps);
+            for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * s;
+        }
+    });
+}
+
+void CpuBackend::rms_norm_gated(const Tensor& x, const Tensor& w, const Tensor& z, float eps, const Tensor& y) {
+    check_same_shape("rms_norm_gated", x, y);
+    check_same_shape("rms_norm_gated", x, z);
+    const int64_t n = x.ne[0];
+    if (w.ne[0] != n) fail(strfmt("rms_norm_gated: weight %s does not match rows of %lld", w.name, (long long)n));
+    const float* wv = static_cast<const float*>(w.data);
+    parallel_rows(x.n_rows(), 8, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* xr = row_at(x, r);
+            const float* zr = row_at(z, r);
+            float* yr = row_at(y, r);
+            const float s = rms_scale(xr, n, eps);
+            for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * s) * wv[i] * cpu::silu(zr[i]);
+        }
+    });
+}
+
+void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
+    check_same_shape("add", a, b);
+    check_same_shape("add", a, y);
+    const int64_t n = a.ne[0];
+    parallel_rows(a.n_rows(), 8, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* ar = row_at(a, r);
+            const float* br = row_at(b, r);
+            float* yr = row_at(y, r);
+            for (int64_t i = 0; i < n; ++i) yr[i] = ar[i] + br[i];
+        }
+    });
+}
+
+void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& y) {
+    check_same_shape("swiglu", gate, up);
+    check_same_shape("swiglu", gate, y);
+    const int64_t n = gate.ne[0];
+    parallel_rows(gate.n_rows(), 1, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* g = row_at(gate, r);
+            const float* u = row_at(up, r);
+            float* yr = row_at(y, r);
+            for (int64_t i = 0; i < n; ++i) yr[i] = cpu::silu(g[i]) * u[i];
+        }
+    });
+}
+
+void CpuBackend::sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& y) {
+    check_same_shape("sigmoid_mul", x, gate);
+    check_same_shape("sigmoid_mul", x, y);
+    const int64_t n = x.ne[0];
+    parallel_rows(x.n_rows(), 8, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* xr = row_at(x, r);
+            const float* g = row_at(gate, r);
+            float* yr = row_at(y, r);
+            for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * cpu::sigmoid(g[i]);
+        }
+    });
+}
+
+void CpuBackend::rope_neox(const Tensor& x, const StepInfo& step, int n_rot, float base, float freq_scale) {
+    const int64_t T = x.ne[2], n_head = x.ne[1], half = n_rot / 2;
+    if (T != step.n_tokens || n_rot > x.ne[0] || n_rot % 2)
+        fail(strfmt("rope: %s %s does not fit %d tokens / n_rot %d", x.name, shape_str(x).c_str(), step.n_tokens,
+                    n_rot));
+    // cos/sin per token and pair. Angles in double: accurate at any position
+    // (spec pitfall 11), and computed once per token rather than per head.
+    std::vector<float> cs(size_t(T * half * 2));
+    for (int64_t t = 0; t < T; ++t) {
+        const double p = double(step.pos[size_t(t)]) * double(freq_scale);
+        for (int64_t i = 0; i < half; ++i) {
+            const double theta = p * std::pow(double(base), -2.0 * double(i) / double(n_rot));
+            cs[size_t((t * half + i) * 2)] = float(std::cos(theta));
+            cs[size_t((t * half + i) * 2 + 1)] = float(std::sin(theta));
+        }
+    }
+    parallel_rows(T * n_head, 8, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t t = r / n_head;
+            float* v = x.row<float>(r % n_head, t);
+            const float* c = &cs[size_t(t * half * 2)];
+            for (int64_t i = 0; i < half; ++i) {
+                const float a = v[i], b = v[i + half];
+                v[i] = a * c[2 * i] - b * c[2 * i + 1];
+                v[i + half] = a * c[2 * i + 1] + b * c[2 * i];
+            }
+        }
+    });
+}
+
+}  // namespace qinfer

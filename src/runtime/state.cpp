@@ -1,0 +1,118 @@
+#include "runtime/state.h"
+
+#include <cstring>
+
+#include "common/error.h"
+#include "model/hparams.h"
+
+namespace qinfer {
+
+StateStore::StateStore(const HParams& hp, const StateConfig& cfg, const std::vector<Backend*>& layer_backend)
+    : cfg_(cfg) {
+    if (cfg.n_ctx <= 0 || cfg.n_slots <= 0) fail("state: n_ctx and n_slots must be positive");
+    if (cfg.kv_type != GgmlType::F16 && cfg.kv_type != GgmlType::F32)
+        fail(strfmt("state: KV cache type %s is not supported (f16 or f32)", type_name(cfg.kv_type)));
+    kv_.resize(size_t(hp.n_layer));
+    rs_.resize(size_t(hp.n_layer));
+    len_.assign(size_t(cfg.n_slots), 0);
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        Backend* be = layer_backend[size_t(il)];
+        if (hp.is_recurrent(il)) {
+            RecurrentState& r = rs_[size_t(il)];
+            r.conv = be->alloc(GgmlType::F32, {hp.ssm_conv_channels(), hp.ssm_conv_kernel - 1, cfg.n_slots}, "conv_state");
+            r.S = be->alloc(GgmlType::F32, {hp.ssm_state, hp.ssm_state, hp.ssm_v_heads, cfg.n_slots}, "ssm_state");
+            allocated_ += r.conv.nbytes() + r.S.nbytes();
+        } else {
+            KvCache& c = kv_[size_t(il)];
+            c.k = be->alloc(cfg.kv_type, {hp.head_dim, hp.n_head_kv, cfg.n_ctx, cfg.n_slots}, "cache_k");
+            c.v = be->alloc(cfg.kv_type, {hp.head_dim, hp.n_head_kv, cfg.n_ctx, cfg.n_slots}, "cache_v");
+            allocated_ += c.k.nbytes() + c.v.nbytes();
+        }
+    }
+}
+
+StateStore::~StateStore() {
+    for (KvCache& c : kv_) {
+        if (c.k) c.k.backend->free(c.k);
+        if (c.v) c.v.backend->free(c.v);
+    }
+    for (RecurrentState& r : rs_) {
+        if (r.conv) r.conv.backend->free(r.conv);
+        if (r.S) r.S.backend->free(r.S);
+    }
+}
+
+void StateStore::clear(int slot) {
+    if (slot < 0 || slot >= cfg_.n_slots) fail(strfmt("state: slot %d out of range (0..%d)", slot, cfg_.n_slots - 1));
+    len_[size_t(slot)] = 0;
+    for (const RecurrentState& r : rs_) {
+        if (!r.S) continue;
+        // One slot is the outermost index: a contiguous range of each tensor.
+        r.conv.backend->fill_zero(view(r.conv, {r.conv.ne[0], r.conv.ne[1]}, {}, size_t(slot) * r.conv.nb[2]));
+        r.S.backend->fill_zero(view(r.S, {r.S.ne[0], r.S.ne[1], r.S.ne[2]}, {}, size_t(slot) * r.S.nb[3]));
+    }
+}
+
+// Snapshot layout: for each layer in order, KV: K rows then V rows [0, length);
+// recurrent: conv state then S of the slot.
+StateStore::Snapshot StateStore::save(int slot) const {
+    if (slot < 0 || slot >= cfg_.n_slots) fail(strfmt("state: slot %d out of range", slot));
+    Snapshot s;
+    s.length = len_[size_t(slot)];
+    size_t total = 0;
+    for (size_t il = 0; il < kv_.size(); ++il) {
+        if (kv_[il].k) total += 2 * size_t(s.length) * kv_[il].k.nb[2];
+        if (rs_[il].S) total += rs_[il].conv.nb[2] + rs_[il].S.nb[3];
+    }
+    s.bytes.resize(total);
+    uint8_t* p = s.bytes.data();
+    auto get = [&](const Tensor& t, size_t offset, size_t n) {
+        if (n) t.backend->read(t, p, n, offset);
+        p += n;
+    };
+    for (size_t il = 0; il < kv_.size(); ++il) {
+        if (const Tensor& k = kv_[il].k; k) {
+            get(k, size_t(slot) * k.nb[3], size_t(s.length) * k.nb[2]);
+            get(kv_[il].v, size_t(slot) * k.nb[3], size_t(s.length) * k.nb[2]);
+        }
+        if (const RecurrentState& r = rs_[il]; r.S) {
+            get(r.conv, size_t(slot) * r.conv.nb[2], r.conv.nb[2]);
+            get(r.S, size_t(slot) * r.S.nb[3], r.S.nb[3]);
+        }
+    }
+    return s;
+}
+
+void StateStore::restore(int slot, const Snapshot& s) {
+    if (slot < 0 || slot >= cfg_.n_slots) fail(strfmt("state: slot %d out of range", slot));
+    if (s.length < 0 || s.length > cfg_.n_ctx)
+        fail(strfmt("state: snapshot of %d tokens does not fit a context of %d", s.length, cfg_.n_ctx));
+    size_t total = 0;
+    for (size_t il = 0; il < kv_.size(); ++il) {
+        if (kv_[il].k) total += 2 * size_t(s.length) * kv_[il].k.nb[2];
+        if (rs_[il].S) total += rs_[il].conv.nb[2] + rs_[il].S.nb[3];
+    }
+    if (total != s.bytes.size()) fail("state: snapshot does not match this model's state layout");
+    const uint8_t* p = s.bytes.data();
+    auto put = [&](const Tensor& t, size_t offset, size_t n) {
+        if (n) t.backend->write(t, p, n, offset);
+        p += n;
+    };
+    for (size_t il = 0; il < kv_.size(); ++il) {
+        if (const Tensor& k = kv_[il].k; k) {
+            put(k, size_t(slot) * k.nb[3], size_t(s.length) * k.nb[2]);
+            put(kv_[il].v, size_t(slot) * k.nb[3], size_t(s.length) * k.nb[2]);
+        }
+        if (const RecurrentState& r = rs_[il]; r.S) {
+            put(r.conv, size_t(slot) * r.conv.nb[2], r.conv.nb[2]);
+            put(r.S, size_t(slot) * r.S.nb[3], r.S.nb[3]);
+        }
+    }
+    for (size_t il = 0; il < kv_.size(); ++il) {
+        Backend* be = kv_[il].k ? kv_[il].k.backend : rs_[il].S ? rs_[il].S.backend : nullptr;
+        if (be) be->synchronize();  // the snapshot's bytes may be freed right after
+    }
+    len_[size_t(slot)] = s.length;
+}
+
+}  // namespace qinfer
