@@ -1,0 +1,53 @@
+// Internal interface between cpu_matmul (driver: activation quantization,
+// threading, tiling, ISA dispatch) and the per-ISA dot-product kernels
+// (cpu_kernels_scalar.cpp, cpu_kernels_avx2.cpp, cpu_kernels_avx512.cpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/types.h"
+
+namespace qinfer {
+class ThreadPool;
+}
+
+namespace qinfer::kernels {
+
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512vnni"
+
+// What the activations are converted to before the dot products with a weight type.
+enum class ActFormat { F32, Q8_0, Q8_1, Q8_K };
+ActFormat act_format(GgmlType wt);
+size_t act_row_bytes(ActFormat f, int64_t K);
+
+// Most activation rows one kernel call handles: each weight block is unpacked
+// once and multiplied with up to kMaxTile activation rows.
+constexpr int kMaxTile = 4;
+
+// out[r * out_stride] = dot(weight row w, activation row r), r < R (1 <= R <= kMaxTile).
+// Activation row r starts at a + r * a_stride bytes (in the format act_format(wt)).
+using DotFn = void (*)(int64_t K, const void* w, const void* a, size_t a_stride, int R, float* out,
+                       int64_t out_stride);
+
+constexpr int kTypeSlots = 43;  // ggml type ids 0..42
+struct KernelTable {
+    DotFn dot[kTypeSlots] = {};
+};
+
+// Tables per ISA; nullptr when the ISA was not compiled in. Entries missing in a
+// SIMD table fall back to the next lower level.
+const KernelTable* scalar_table();
+const KernelTable* avx2_table();
+const KernelTable* avx512_table();
+
+// Best level this CPU supports, lowered by env QINFER_CPU_ISA if set.
+Isa detected_isa();
+
+// cpu_matmul with an explicit ISA (tests compare levels against each other).
+// Throws Error if the CPU does not support the requested level.
+void matmul_isa(Isa isa, GgmlType wt, const void* W, int64_t K, int64_t N, const float* x, int64_t T, float* y,
+                int64_t ldy, ThreadPool& pool);
+bool cpu_supports(Isa isa);
+
+}  // namespace qinfer::kernels
