@@ -3,6 +3,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace qinfer {
@@ -14,6 +15,9 @@ struct ToolCall {
 };
 
 struct ChatMessage {
+    ChatMessage() = default;
+    ChatMessage(std::string role_, std::string content_) : role(std::move(role_)), content(std::move(content_)) {}
+
     std::string role;  // system, user, assistant, tool (developer is treated as system)
     std::string content;
     std::optional<std::string> reasoning_content;  // assistant only; nullopt = not given

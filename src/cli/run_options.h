@@ -1,0 +1,48 @@
+// Flags shared by `run`, `chat` and `bench`, spelled like llama.cpp's tools.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qinfer/engine.h"
+
+namespace qinfer::cli {
+
+// llama.cpp uses multi-letter short flags (-ngl, -sys, -ctk) that CLI11
+// cannot declare; they are rewritten to their long forms before parsing.
+std::vector<char*> normalize_llama_flags(int argc, char** argv, std::vector<std::string>& storage);
+
+struct ModelFlags {
+    std::string model;
+    int n_ctx = 0;
+    int n_batch = 512;
+    int n_threads = 0;
+    int gpu_layers = 0;
+    std::string kv_type = "f16";
+    void add(CLI::App& app);
+    EngineOptions engine_options() const;
+};
+
+// Sampling flags; only the ones given override the model's defaults.
+struct SamplingFlags {
+    float temp = 0, top_p = 0, min_p = 0, repeat_penalty = 0, presence = 0, frequency = 0;
+    int top_k = 0, repeat_last_n = 0;
+    int64_t seed = -1;
+    std::vector<CLI::Option*> opts;
+    void add(CLI::App& app);
+    SamplingParams resolve(SamplingParams defaults) const;
+};
+
+// "1,2,3" or "1 2 3" -> ids; Error on anything else.
+std::vector<int32_t> parse_id_list(const std::string& s);
+// llama-cli's prompt escapes: \n \t \r \\ \" \' (others are kept as is).
+std::string process_escapes(const std::string& s);
+std::string read_file_text(const std::string& path);
+bool stdout_is_terminal();
+bool stdin_is_terminal();
+
+// "load 12.3 ms | prompt 7 tok, 4.1 ms (1707 t/s) | ttft 5.0 ms | gen 16 tok, 30.2 ms (497 t/s)"
+std::string timing_line(double load_ms, const GenerateResult& r);
+
+}  // namespace qinfer::cli

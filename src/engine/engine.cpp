@@ -1,0 +1,229 @@
+// Engine: owns the Model (slot 0) and the Tokenizer, and runs the decode loop
+// for one Sequence at a time.
+#include "qinfer/engine.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+
+#include "chat/template.h"
+#include "common/error.h"
+#include "engine/sequence.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace qinfer {
+
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::Stop: return "stop";
+        case FinishReason::Length: return "length";
+        case FinishReason::Cancelled: return "cancelled";
+        default: return "";
+    }
+}
+
+double GenerateResult::prompt_tokens_per_s() const {
+    const int n = n_prompt - n_cached;
+    return prompt_ms > 0 ? 1000.0 * n / prompt_ms : 0.0;
+}
+
+double GenerateResult::gen_tokens_per_s() const {
+    return gen_ms > 0 && n_generated > 1 ? 1000.0 * (n_generated - 1) / gen_ms : 0.0;
+}
+
+namespace {
+
+// general.sampling.* may be stored as any numeric type or as a string.
+std::optional<double> sampling_key(const gguf::File& f, const char* key) {
+    const gguf::Value* v = f.find(key);
+    if (!v) return std::nullopt;
+    switch (v->type) {
+        case gguf::ValueType::F32:
+        case gguf::ValueType::F64: return v->f;
+        case gguf::ValueType::STRING: {
+            const std::string s(v->str);
+            char* end = nullptr;
+            const double d = std::strtod(s.c_str(), &end);
+            if (end == s.c_str() || *end) return std::nullopt;
+            return d;
+        }
+        default:
+            if (v->is_integer()) return v->type == gguf::ValueType::U64 ? double(v->u) : double(v->i);
+            return std::nullopt;
+    }
+}
+
+const char* ftype_name(uint64_t t) {
+    switch (t) {
+        case 0: return "F32";
+        case 1: return "F16";
+        case 2: return "Q4_0";
+        case 3: return "Q4_1";
+        case 7: return "Q8_0";
+        case 8: return "Q5_0";
+        case 9: return "Q5_1";
+        case 10: return "Q2_K - Medium";
+        case 11: return "Q3_K - Small";
+        case 12: return "Q3_K - Medium";
+        case 13: return "Q3_K - Large";
+        case 14: return "Q4_K - Small";
+        case 15: return "Q4_K - Medium";
+        case 16: return "Q5_K - Small";
+        case 17: return "Q5_K - Medium";
+        case 18: return "Q6_K";
+        case 30: return "IQ4_XS";
+        case 32: return "BF16";
+        default: return "?";
+    }
+}
+
+}  // namespace
+
+struct Engine::Impl {
+    EngineOptions opt;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Tokenizer> tok;
+    chat::ChatTemplate tmpl;
+    double load_ms = 0;
+    std::mutex mu;
+    std::vector<float> logits;
+    // Tokens whose state slot 0 holds, so a follow-up prompt that extends them
+    // (the next chat turn) only processes the new part.
+    std::vector<int32_t> slot_tokens;
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOptions& opt) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto impl = std::make_unique<Impl>();
+    impl->opt = opt;
+    ModelOptions mo;
+    mo.n_batch = opt.n_batch > 0 ? opt.n_batch : 512;
+    mo.n_slots = opt.n_slots > 0 ? opt.n_slots : 1;
+    mo.n_threads = opt.n_threads;
+    mo.gpu_layers = opt.gpu_layers;
+    mo.kv_type = opt.kv_f32 ? GgmlType::F32 : GgmlType::F16;
+    if (opt.n_ctx < 0) fail(strfmt("context size must be >= 0 (got %d)", opt.n_ctx));
+    if (opt.n_ctx > 0) {
+        mo.n_ctx = opt.n_ctx;
+    } else {
+        // Read the training context without loading the model twice: open the
+        // header (memory-mapped, cheap) first.
+        auto f = gguf::File::open(path);
+        const std::string arch(f->get_string("general.architecture").value_or(""));
+        const uint64_t train = f->get_uint(arch + ".context_length").value_or(4096);
+        mo.n_ctx = int(std::min<uint64_t>(train, 4096));
+    }
+    impl->model = Model::load(path, mo);
+    impl->tok = std::make_unique<Tokenizer>(impl->model->file());
+    impl->tmpl = chat::ChatTemplate::from_gguf(impl->model->file(), opt.chat_template);
+    if (impl->tok->n_vocab() > impl->model->hparams().n_vocab)
+        fail(strfmt("%s: tokenizer has %d tokens but the model only %lld embedding rows", path.c_str(),
+                    impl->tok->n_vocab(), (long long)impl->model->hparams().n_vocab));
+    impl->load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+GenerateResult Engine::generate(const GenerateRequest& req, const GenerateCallbacks& cb) {
+    Impl& m = *impl_;
+    std::lock_guard<std::mutex> lock(m.mu);
+    Model& model = *m.model;
+    const int n_ctx = model.options().n_ctx;
+    const int n_vocab = int(model.hparams().n_vocab);
+
+    Sequence seq(*m.tok, n_vocab, n_ctx, 0, req, cb);
+
+    std::vector<int32_t> ids = req.prompt_ids;
+    if (ids.empty()) {
+        std::string text = req.messages.empty() ? req.prompt : m.tmpl.render(req.messages, req.chat);
+        if (cb.on_prompt_text) cb.on_prompt_text(text);
+        ids = m.tok->encode(text, req.parse_special);
+    }
+    if (cb.on_prompt_tokens) cb.on_prompt_tokens(ids);
+
+    // Reuse the slot when the new prompt strictly extends what it holds.
+    // (Recurrent state cannot be rolled back, so anything else starts over.)
+    int n_cached = 0;
+    const std::vector<int32_t>& held = m.slot_tokens;
+    if (req.reuse_cache && !held.empty() && held.size() < ids.size() &&
+        std::equal(held.begin(), held.end(), ids.begin()) && model.slot_length(0) == int(held.size())) {
+        n_cached = int(held.size());
+    }
+    seq.set_prompt(ids, n_cached);
+    if (n_cached == 0) {
+        model.clear_slot(0);
+        m.slot_tokens.clear();
+    }
+
+    const int n_batch = model.options().n_batch;
+    Batch batch;
+    try {
+        while (!seq.done()) {
+            batch.clear();
+            if (seq.add_to_batch(batch, n_batch) == 0) break;
+            model.forward(batch, m.logits);
+            m.slot_tokens.insert(m.slot_tokens.end(), batch.tokens.begin(), batch.tokens.end());
+            if (seq.wants_logits()) seq.on_logits(m.logits.data() + (m.logits.size() - size_t(n_vocab)));
+        }
+    } catch (...) {
+        // The slot's state is unknown after a failed step: start over next time.
+        m.slot_tokens.clear();
+        model.clear_slot(0);
+        throw;
+    }
+    return seq.result();
+}
+
+std::vector<int32_t> Engine::tokenize(std::string_view text, bool parse_special) const {
+    return impl_->tok->encode(text, parse_special);
+}
+
+std::string Engine::detokenize(const std::vector<int32_t>& ids, bool show_special) const {
+    return impl_->tok->decode(ids, show_special);
+}
+
+std::string Engine::render_chat(const std::vector<ChatMessage>& messages, const ChatOptions& opt) const {
+    return impl_->tmpl.render(messages, opt);
+}
+
+bool Engine::chat_starts_in_reasoning(const ChatOptions& opt) const { return impl_->tmpl.starts_in_reasoning(opt); }
+
+SamplingParams Engine::default_sampling() const {
+    SamplingParams p;  // llama.cpp defaults
+    const gguf::File& f = impl_->model->file();
+    if (auto v = sampling_key(f, "general.sampling.temp")) p.temperature = float(*v);
+    if (auto v = sampling_key(f, "general.sampling.top_k")) p.top_k = int(*v);
+    if (auto v = sampling_key(f, "general.sampling.top_p")) p.top_p = float(*v);
+    if (auto v = sampling_key(f, "general.sampling.min_p")) p.min_p = float(*v);
+    if (auto v = sampling_key(f, "general.sampling.penalty_last_n")) p.repeat_last_n = int(*v);
+    if (auto v = sampling_key(f, "general.sampling.penalty_repeat")) p.repeat_penalty = float(*v);
+    return p;
+}
+
+ModelInfo Engine::info() const {
+    const Model& model = *impl_->model;
+    const gguf::File& f = model.file();
+    ModelInfo i;
+    i.arch = std::string(f.get_string("general.architecture").value_or(""));
+    i.name = std::string(f.get_string("general.name").value_or(""));
+    if (i.name.empty()) i.name = std::filesystem::path(f.path()).filename().string();
+    i.backend = model.backend_description();
+    i.file_type = f.has("general.file_type") ? ftype_name(f.get_uint("general.file_type").value_or(999)) : "?";
+    i.file_bytes = f.total_file_bytes();
+    for (const gguf::TensorInfo& t : f.tensors()) i.n_params += uint64_t(t.n_elements());
+    i.n_ctx = model.options().n_ctx;
+    i.n_ctx_train = int(model.hparams().n_ctx_train);
+    i.n_vocab = int(model.hparams().n_vocab);
+    return i;
+}
+
+double Engine::load_ms() const { return impl_->load_ms; }
+Model& Engine::model() { return *impl_->model; }
+const Tokenizer& Engine::tokenizer() const { return *impl_->tok; }
+
+}  // namespace qinfer
