@@ -1,7 +1,9 @@
 #include "tokenizer/bpe.h"
 
 #include <climits>
-#include <queue>
+#include <cstring>
+#include <algorithm>
+#include <functional>
 
 namespace qinfer {
 
@@ -10,21 +12,41 @@ namespace qinfer {
 void TextIndex::reserve(size_t n) {
     size_t cap = 16;
     while (cap < 2 * n) cap <<= 1;
-    slots_.assign(cap, -1);
+    slots_.assign(cap, Slot{0, -1});
     mask_ = cap - 1;
 }
 
 uint64_t TextIndex::hash(std::string_view s) {
-    uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a: token texts are short
-    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-    return h ^ (h >> 29);
+    // Eight bytes per step (token texts and pieces are short); the byte order
+    // does not matter, hashes never leave the process.
+    constexpr uint64_t kMul = 0x9FB21C651E98DF25ULL;
+    const char* p = s.data();
+    size_t n = s.size();
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t(n) * 0xff51afd7ed558ccdULL);
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t w;
+        std::memcpy(&w, p, 8);
+        h = (h ^ w) * kMul;
+        h ^= h >> 29;
+    }
+    if (n) {
+        uint64_t w = 0;
+        std::memcpy(&w, p, n);
+        h = (h ^ w) * kMul;
+        h ^= h >> 29;
+    }
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 33);
 }
 
 // ---------------------------------------------------------------- BpeMerges
 
-void BpeMerges::init(const int32_t byte_symbols[256]) {
+void BpeMerges::init(const int32_t byte_symbols[256], size_t expected_merges) {
     for (int b = 0; b < 256; ++b) byte_symbols_[b] = byte_symbols[b];
-    table_.assign(1024, Entry{kEmpty, 0, 0});
+    size_t cap = 1024;
+    while (cap < 2 * expected_merges) cap <<= 1;
+    table_.assign(cap, Entry{kEmpty, 0, 0});
     mask_ = table_.size() - 1;
     n_ = 0;
 }
@@ -83,46 +105,51 @@ void BpeMerges::apply_small(std::vector<int32_t>& syms) const {
     syms.resize(size_t(m));
 }
 
-// Long pieces (a line of text without spaces, a long run of digits-free
-// symbols): linked list of symbols plus a heap of candidate pairs ordered by
-// (rank, position), with stale entries skipped. O(n log n).
+// Long pieces (a line of text without spaces, a long run of one symbol):
+// linked list of symbols plus a min-heap of candidate pairs keyed by
+// (rank, position). O(n log n). A heap entry is only a key: when it comes up,
+// the pair now at that position is looked up again, and the entry is stale
+// unless that pair still has the entry's rank. (A pair at the same position
+// with the same rank is the same merge rule, and merging it now is exactly
+// what its own entry, which has the same key, would do.)
 void BpeMerges::apply_large(std::vector<int32_t>& syms) const {
     struct Node {
         int32_t id, prev, next;
     };
-    struct Cand {
-        int32_t rank, left, lid, rid, result;
-        bool operator<(const Cand& o) const {  // priority_queue is a max-heap: invert
-            return rank != o.rank ? rank > o.rank : left > o.left;
-        }
-    };
     const int32_t m = int32_t(syms.size());
     std::vector<Node> nodes(static_cast<size_t>(m));
     for (int32_t i = 0; i < m; ++i) nodes[size_t(i)] = Node{syms[size_t(i)], i - 1, i + 1 < m ? i + 1 : -1};
-    std::vector<Cand> storage;
-    storage.reserve(size_t(m));
-    std::priority_queue<Cand> heap(std::less<Cand>(), std::move(storage));
-    auto push = [&](int32_t l) {
+    auto pair_at = [&](int32_t l) -> const Entry* {
         const int32_t r = nodes[size_t(l)].next;
-        if (r < 0) return;
-        const Entry* e = find(nodes[size_t(l)].id, nodes[size_t(r)].id);
-        if (e) heap.push(Cand{e->rank, l, nodes[size_t(l)].id, nodes[size_t(r)].id, e->result});
+        return r < 0 ? nullptr : find(nodes[size_t(l)].id, nodes[size_t(r)].id);
     };
-    for (int32_t i = 0; i + 1 < m; ++i) push(i);
+    std::vector<uint64_t> heap;
+    heap.reserve(size_t(m));
+    auto push = [&](int32_t l) {
+        if (const Entry* e = pair_at(l)) {
+            heap.push_back((uint64_t(uint32_t(e->rank)) << 32) | uint32_t(l));
+            std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+        }
+    };
+    for (int32_t i = 0; i + 1 < m; ++i)
+        if (const Entry* e = pair_at(i)) heap.push_back((uint64_t(uint32_t(e->rank)) << 32) | uint32_t(i));
+    std::make_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
     while (!heap.empty()) {
-        const Cand c = heap.top();
-        heap.pop();
-        Node& L = nodes[size_t(c.left)];
-        // Stale if either side changed since the pair was queued: a symbol's
-        // id only ever changes to a longer symbol, so equal ids mean unchanged.
-        if (L.id != c.lid || L.next < 0 || nodes[size_t(L.next)].id != c.rid) continue;
+        std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+        const uint64_t top = heap.back();
+        heap.pop_back();
+        const int32_t left = int32_t(uint32_t(top));
+        Node& L = nodes[size_t(left)];
+        if (L.id < 0) continue;  // absorbed by its left neighbour
+        const Entry* e = pair_at(left);
+        if (!e || uint32_t(e->rank) != uint32_t(top >> 32)) continue;
         Node& R = nodes[size_t(L.next)];
-        L.id = c.result;
+        L.id = e->result;
         L.next = R.next;
-        if (R.next >= 0) nodes[size_t(R.next)].prev = c.left;
+        if (R.next >= 0) nodes[size_t(R.next)].prev = left;
         R.id = -1;
         if (L.prev >= 0) push(L.prev);
-        push(c.left);
+        push(left);
     }
     syms.clear();
     for (int32_t i = 0; i >= 0; i = nodes[size_t(i)].next) syms.push_back(nodes[size_t(i)].id);

@@ -11,6 +11,12 @@
 
 namespace qinfer {
 
+#if defined(__GNUC__) || defined(__clang__)
+#define QINFER_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define QINFER_PREFETCH(p) ((void)(p))
+#endif
+
 // Open-addressing map from a text (stored elsewhere) to an int32 id.
 // Lookups compare against the stored texts through `text_of`.
 class TextIndex {
@@ -18,13 +24,39 @@ public:
     void reserve(size_t n);
     // Inserts or overwrites (the last id wins, as in llama.cpp's text->id map).
     template <class TextOf>
-    void put(std::string_view text, int32_t id, const TextOf& text_of);
+    void put(std::string_view text, int32_t id, const TextOf& text_of) {
+        put_hashed(hash(text), text, id, text_of);
+    }
     template <class TextOf>
-    int32_t get(std::string_view text, const TextOf& text_of) const;  // -1 if absent
+    int32_t get(std::string_view text, const TextOf& text_of) const {  // -1 if absent
+        return get_hashed(hash(text), text, text_of);
+    }
     static uint64_t hash(std::string_view s);
+    template <class TextOf>
+    void put_hashed(uint64_t h, std::string_view text, int32_t id, const TextOf& text_of);
+    template <class TextOf>
+    int32_t get_hashed(uint64_t h, std::string_view text, const TextOf& text_of) const;
+
+    // Loading does ~450k random lookups into tables larger than the caches;
+    // these let a batch of lookups fetch their memory in parallel.
+    void prefetch(uint64_t h) const { QINFER_PREFETCH(&slots_[h & mask_]); }
+    // First id on the probe chain of `h` whose tag matches (-1: none). A hint only.
+    int32_t candidate(uint64_t h) const {
+        const uint32_t tag = uint32_t(h >> 32);
+        for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+            if (slots_[i].id < 0) return -1;
+            if (slots_[i].tag == tag) return slots_[i].id;
+        }
+    }
 
 private:
-    std::vector<int32_t> slots_;  // -1 = empty
+    // The high hash bits are kept next to the id, so a probe only touches the
+    // stored text when the hashes agree (loading does ~450k lookups).
+    struct Slot {
+        uint32_t tag;
+        int32_t id;  // -1 = empty
+    };
+    std::vector<Slot> slots_;
     size_t mask_ = 0;
 };
 
@@ -33,8 +65,9 @@ public:
     // `byte_symbols[b]` is the symbol of the single byte b. Symbols are
     // vocabulary ids; ids >= n_vocab are "virtual" symbols for merge results
     // (or bytes) whose text is missing from the vocabulary.
-    void init(const int32_t byte_symbols[256]);
+    void init(const int32_t byte_symbols[256], size_t expected_merges);
     void add(int32_t left, int32_t right, int32_t rank, int32_t result);  // keeps the first rank of a pair
+    void prefetch(int32_t left, int32_t right) const { QINFER_PREFETCH(&table_[slot_hash(key(left, right)) & mask_]); }
     size_t size() const { return n_; }
 
     // Merges the byte string `piece` and appends its final symbols to `out`.
@@ -75,22 +108,25 @@ private:
 // ---------------------------------------------------------------- TextIndex templates
 
 template <class TextOf>
-void TextIndex::put(std::string_view text, int32_t id, const TextOf& text_of) {
-    for (size_t i = hash(text) & mask_;; i = (i + 1) & mask_) {
-        if (slots_[i] < 0 || text_of(slots_[i]) == text) {
-            slots_[i] = id;
+void TextIndex::put_hashed(uint64_t h, std::string_view text, int32_t id, const TextOf& text_of) {
+    const uint32_t tag = uint32_t(h >> 32);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+        Slot& s = slots_[i];
+        if (s.id < 0 || (s.tag == tag && text_of(s.id) == text)) {
+            s = Slot{tag, id};
             return;
         }
     }
 }
 
 template <class TextOf>
-int32_t TextIndex::get(std::string_view text, const TextOf& text_of) const {
+int32_t TextIndex::get_hashed(uint64_t h, std::string_view text, const TextOf& text_of) const {
     if (slots_.empty()) return -1;
-    for (size_t i = hash(text) & mask_;; i = (i + 1) & mask_) {
-        const int32_t id = slots_[i];
-        if (id < 0) return -1;
-        if (text_of(id) == text) return id;
+    const uint32_t tag = uint32_t(h >> 32);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+        const Slot& s = slots_[i];
+        if (s.id < 0) return -1;
+        if (s.tag == tag && text_of(s.id) == text) return s.id;
     }
 }
 

@@ -100,6 +100,9 @@ struct Tokenizer::Impl {
         return index.get(t, [this](int32_t id) { return text(id); });
     }
     void check_id(int32_t id) const;
+    // lookup() of n texts at once (n <= kLookupBatch), overlapping cache misses.
+    static constexpr size_t kLookupBatch = 192;
+    void lookup_batch(const std::string_view* texts, size_t n, int32_t* ids) const;
 
     void load(const gguf::File& f);
     void encode_fragment(std::string_view frag, std::vector<int32_t>& out) const;

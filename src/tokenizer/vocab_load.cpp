@@ -53,6 +53,19 @@ int parse_byte_token(std::string_view t) {
 
 }  // namespace
 
+void Tokenizer::Impl::lookup_batch(const std::string_view* q, size_t n, int32_t* ids) const {
+    uint64_t h[kLookupBatch];
+    for (size_t i = 0; i < n; ++i) {
+        h[i] = TextIndex::hash(q[i]);
+        index.prefetch(h[i]);
+    }
+    for (size_t i = 0; i < n; ++i)
+        if (int32_t c = index.candidate(h[i]); c >= 0) QINFER_PREFETCH(&text_off[size_t(c)]);
+    for (size_t i = 0; i < n; ++i)
+        if (int32_t c = index.candidate(h[i]); c >= 0) QINFER_PREFETCH(text_arena.data() + text_off[size_t(c)]);
+    for (size_t i = 0; i < n; ++i) ids[i] = index.get_hashed(h[i], q[i], [this](int32_t id) { return text(id); });
+}
+
 void Tokenizer::Impl::load(const gguf::File& f) {
     path = f.path();
     auto err = [&](const std::string& msg) { fail("tokenizer: " + path + ": " + msg); };
@@ -97,7 +110,15 @@ void Tokenizer::Impl::load(const gguf::File& f) {
     }
     text_off[size_t(n_vocab)] = uint32_t(text_arena.size());
     index.reserve(size_t(n_vocab));
-    for (int32_t id = 0; id < n_vocab; ++id) index.put(text(id), id, [this](int32_t i) { return text(i); });
+    {
+        std::vector<uint64_t> hashes(static_cast<size_t>(n_vocab));
+        for (int32_t id = 0; id < n_vocab; ++id) hashes[size_t(id)] = TextIndex::hash(text(id));
+        constexpr int32_t kAhead = 16;
+        for (int32_t id = 0; id < n_vocab; ++id) {
+            if (id + kAhead < n_vocab) index.prefetch(hashes[size_t(id + kAhead)]);
+            index.put_hashed(hashes[size_t(id)], text(id), id, [this](int32_t i) { return text(i); });
+        }
+    }
 
     // ---- token types
     attr.assign(size_t(n_vocab), kAttrNormal);
@@ -141,34 +162,77 @@ void Tokenizer::Impl::load(const gguf::File& f) {
         unicode::append_utf8(t, unicode::byte_to_cp(uint8_t(b)));
         byte_sym[b] = make_symbol(t);
     }
-    merges.init(byte_sym);
-
     const std::vector<std::string_view>* mv = f.get_string_array("tokenizer.ggml.merges");
     if (!mv) err("missing tokenizer.ggml.merges");
+    merges.init(byte_sym, mv->size());
     if (mv->size() > size_t(INT32_MAX)) err("too many merges");
     n_merges = int32_t(mv->size());
-    // Pass 1: every merge result is a symbol (a vocabulary entry in practice).
-    // Pass 2: resolve both parts; a part that is neither a byte nor a merge
-    // result can never be formed, so such a merge can never apply.
-    std::vector<int32_t> result(mv->size(), -1);
-    std::string cat;
-    for (size_t r = 0; r < mv->size(); ++r) {
-        std::string_view m = (*mv)[r];
-        size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
-        if (sp == std::string_view::npos || sp + 1 >= m.size()) {
-            warnings.push_back(strfmt("merge #%zu has no ' ' separator: ignored", r));
-            continue;
+    // Resolve every merge's parts and result in the vocabulary, in batches.
+    // Then the rare texts that are not tokens become virtual symbols: every
+    // merge result first (a part may be the result of a later merge), then the
+    // parts; a part that is neither a byte nor a merge result can never be
+    // formed, so such a merge can never apply.
+    const size_t nm = mv->size();
+    std::vector<int32_t> mleft(nm, -1), mright(nm, -1), mresult(nm, -1);
+    std::vector<uint32_t> msplit(nm, 0);  // position of the separating space; 0 = malformed
+    {
+        std::string cat;
+        std::string_view q[Impl::kLookupBatch];
+        int32_t ids[Impl::kLookupBatch];
+        constexpr size_t per = Impl::kLookupBatch / 3;
+        for (size_t b0 = 0; b0 < nm; b0 += per) {
+            const size_t b1 = std::min(nm, b0 + per);
+            cat.clear();
+            for (size_t r = b0; r < b1; ++r) {
+                std::string_view m = (*mv)[r];
+                size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
+                if (sp == std::string_view::npos || sp + 1 >= m.size() || sp > UINT32_MAX) continue;
+                msplit[r] = uint32_t(sp);
+                cat.append(m.data(), sp);
+                cat.append(m.data() + sp + 1, m.size() - sp - 1);
+            }
+            size_t nq = 0, at = 0;
+            for (size_t r = b0; r < b1; ++r) {
+                if (!msplit[r]) continue;
+                std::string_view m = (*mv)[r];
+                const size_t sp = msplit[r];
+                q[nq++] = m.substr(0, sp);
+                q[nq++] = m.substr(sp + 1);
+                q[nq++] = std::string_view(cat).substr(at, m.size() - 1);
+                at += m.size() - 1;
+            }
+            lookup_batch(q, nq, ids);
+            nq = 0;
+            for (size_t r = b0; r < b1; ++r) {
+                if (!msplit[r]) continue;
+                mleft[r] = ids[nq++];
+                mright[r] = ids[nq++];
+                mresult[r] = ids[nq++];
+            }
         }
-        cat.assign(m.data(), sp);
-        cat.append(m.data() + sp + 1, m.size() - sp - 1);
-        result[r] = make_symbol(cat);
     }
-    for (size_t r = 0; r < mv->size(); ++r) {
-        if (result[r] < 0) continue;
+    std::string cat;
+    for (size_t r = 0; r < nm; ++r) {
+        if (!msplit[r]) {
+            warnings.push_back(strfmt("merge #%zu has no ' ' separator: ignored", r));
+        } else if (mresult[r] < 0) {
+            std::string_view m = (*mv)[r];
+            cat.assign(m.data(), msplit[r]);
+            cat.append(m.substr(msplit[r] + 1));
+            mresult[r] = make_symbol(cat);
+        }
+    }
+    for (size_t r = 0; r < nm; ++r) {
+        if (!msplit[r]) continue;
         std::string_view m = (*mv)[r];
-        size_t sp = m.find(' ', 1);
-        int32_t l = symbol_of(m.substr(0, sp)), rr = symbol_of(m.substr(sp + 1));
-        if (l >= 0 && rr >= 0) merges.add(l, rr, int32_t(r), result[r]);
+        if (mleft[r] < 0) mleft[r] = symbol_of(m.substr(0, msplit[r]));
+        if (mright[r] < 0) mright[r] = symbol_of(m.substr(msplit[r] + 1));
+    }
+    constexpr size_t kAhead = 16;
+    for (size_t r = 0; r < nm; ++r) {
+        if (r + kAhead < nm && mleft[r + kAhead] >= 0 && mright[r + kAhead] >= 0)
+            merges.prefetch(mleft[r + kAhead], mright[r + kAhead]);
+        if (msplit[r] && mleft[r] >= 0 && mright[r] >= 0) merges.add(mleft[r], mright[r], int32_t(r), mresult[r]);
     }
     if (!virtual_text.empty())
         warnings.push_back(strfmt("%zu BPE symbols are not vocabulary entries", virtual_text.size()));
