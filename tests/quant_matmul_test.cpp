@@ -105,7 +105,7 @@ TEST(QuantMatmul, MatchesDequantizedReferenceOnEveryLevel) {
             for (int64_t N : {7, 33})
                 for (int64_t T : {1, 3, 17}) {
                     const Problem p = make_problem(wt, K, N, T, seed++);
-                    std::vector<float> scalar;
+                    std::vector<float> scalar, avx2;
                     for (Isa isa : levels()) {
                         SCOPED_TRACE(std::string(type_name(wt)) + " " + kernels::isa_name(isa) + " K=" +
                                      std::to_string(K) + " N=" + std::to_string(N) + " T=" + std::to_string(T));
@@ -118,6 +118,11 @@ TEST(QuantMatmul, MatchesDequantizedReferenceOnEveryLevel) {
                         }
                         EXPECT_LE(max_err, tol_max * p.rms);
                         EXPECT_LE(std::sqrt(se / double(y.size())), tol_rms * p.rms);
+                        if (isa == Isa::Avx2) avx2 = y;
+                        if (isa == Isa::Avx512) {
+                            // VNNI only fuses exact integer steps: bit-identical to AVX2.
+                            for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], avx2[i]) << "element " << i;
+                        }
                         if (isa == Isa::Scalar) {
                             scalar = y;
                         } else {

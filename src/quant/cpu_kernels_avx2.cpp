@@ -1,195 +1,30 @@
-// AVX2 + FMA + F16C dot-product kernels. Integer products with
-// _mm256_maddubs_epi16 (u8 x s8 pairs -> s16) and _mm256_madd_epi16 (-> s32).
-// Every kernel handles R = 1..kMaxTile activation rows per call, so a weight
-// block is loaded and unpacked once per tile (templates on R keep the R
-// accumulators in registers).
+// AVX2 + FMA + F16C kernels: integer products with _mm256_maddubs_epi16
+// (u8 x s8 pairs -> s16) and _mm256_madd_epi16 (-> s32). The loops live in
+// cpu_x86_dot.h; this file supplies the leaf ops.
 #if defined(__x86_64__) || defined(_M_X64)
 
-#include "quant/cpu_kernels.h"
-#include "quant/cpu_x86_decode.h"
+#include "quant/cpu_x86_dot.h"
 
 namespace qinfer::kernels {
 
 namespace {
 
-inline const uint8_t* act_row(const void* a, size_t a_stride, int r) {
-    return static_cast<const uint8_t*>(a) + size_t(r) * a_stride;
-}
-
-// ---- K-quants x Q8_K --------------------------------------------------------
-
-template <class B, int R>
-void dot_kquant_r(int64_t K, const void* w, const void* a, size_t a_stride, float* out, int64_t os) {
-    const B* wb = static_cast<const B*>(w);
-    const block_q8_K* ab[R];
-    for (int r = 0; r < R; ++r) ab[r] = reinterpret_cast<const block_q8_K*>(act_row(a, a_stride, r));
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    KDec k;
-    for (int64_t i = 0; i < K / QK_K; ++i) {
-        decode(wb[i], k);
-        for (int r = 0; r < R; ++r) {
-            const block_q8_K& y = ab[r][i];
-            __m256i sumi = _mm256_setzero_si256();
-            for (int c = 0; c < 8; ++c) {
-                const __m256i u = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.u + 32 * c));
-                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 32 * c));
-                const __m256i p = _mm256_maddubs_epi16(u, q);  // u <= 63: no s16 saturation
-                sumi = _mm256_add_epi32(
-                    sumi, _mm256_madd_epi16(p, _mm256_load_si256(reinterpret_cast<const __m256i*>(k.scv[c]))));
-            }
-            const __m256i mins = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(k.mn)),
-                                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * k.dA), _mm256_cvtepi32_ps(sumi), acc[r]);
-            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(y.d * k.dB), _mm256_cvtepi32_ps(mins), acc[r]);
-        }
+struct OpsAvx2 {
+    static __m256i madd_acc(__m256i acc, __m256i p, __m256i s) { return _mm256_add_epi32(acc, _mm256_madd_epi16(p, s)); }
+    // Sign trick: |w| * (a with w's sign); maddubs cannot saturate since |w| <= 128, |a| <= 127.
+    static __m256i dot_s8(__m256i w, __m256i a) {
+        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+        return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
     }
-    for (int r = 0; r < R; ++r) out[r * os] = hsum_ps(acc[r]);
-}
-
-// ---- legacy blocks ------------------------------------------------------------
-
-// sum of s8 x s8 over 32 lanes, as 8 s32 (sign trick: |w| * (a with w's sign)).
-inline __m256i dot_s8(__m256i w, __m256i a) {
-    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-inline __m256i dot_u8(__m256i u, __m256i a) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
-}
-
-template <class B, int R>
-void dot_legacy_q8_0_r(int64_t K, const void* w, const void* a, size_t a_stride, float* out, int64_t os) {
-    const B* wb = static_cast<const B*>(w);
-    const block_q8_0* ab[R];
-    for (int r = 0; r < R; ++r) ab[r] = reinterpret_cast<const block_q8_0*>(act_row(a, a_stride, r));
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < K / 32; ++i) {
-        const __m256i wq = quants(wb[i]);
-        const float dw = f16_to_f32(wb[i].d);
-        for (int r = 0; r < R; ++r) {
-            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[r][i].qs));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16_to_f32(ab[r][i].d)), _mm256_cvtepi32_ps(dot_s8(wq, q)),
-                                     acc[r]);
-        }
+    static __m256i dot_u8(__m256i u, __m256i a) {
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
     }
-    for (int r = 0; r < R; ++r) out[r * os] = hsum_ps(acc[r]);
-}
-
-template <class B, int R>
-void dot_legacy_q8_1_r(int64_t K, const void* w, const void* a, size_t a_stride, float* out, int64_t os) {
-    const B* wb = static_cast<const B*>(w);
-    const block_q8_1* ab[R];
-    for (int r = 0; r < R; ++r) ab[r] = reinterpret_cast<const block_q8_1*>(act_row(a, a_stride, r));
-    __m256 acc[R];
-    float accm[R];
-    for (int r = 0; r < R; ++r) {
-        acc[r] = _mm256_setzero_ps();
-        accm[r] = 0.f;
-    }
-    for (int64_t i = 0; i < K / 32; ++i) {
-        const __m256i wq = quants(wb[i]);
-        const float dw = f16_to_f32(wb[i].d), mw = f16_to_f32(wb[i].m);
-        for (int r = 0; r < R; ++r) {
-            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[r][i].qs));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16_to_f32(ab[r][i].d)), _mm256_cvtepi32_ps(dot_u8(wq, q)),
-                                     acc[r]);
-            accm[r] += mw * f16_to_f32(ab[r][i].s);
-        }
-    }
-    for (int r = 0; r < R; ++r) out[r * os] = hsum_ps(acc[r]) + accm[r];
-}
-
-// ---- float weights x f32 activations ----------------------------------------------
-
-inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
-inline __m256 load8(const uint16_t* w) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-}
-struct Bf16 { uint16_t bits; };
-inline __m256 load8(const Bf16* w) {
-    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-}
-inline float load1(const float* w) { return *w; }
-inline float load1(const uint16_t* w) { return f16_to_f32(*w); }
-inline float load1(const Bf16* w) {
-    const uint32_t u = uint32_t(w->bits) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-
-template <class W, int R>
-void dot_float_r(int64_t K, const void* w, const void* a, size_t a_stride, float* out, int64_t os) {
-    const W* wp = static_cast<const W*>(w);
-    const float* x[R];
-    for (int r = 0; r < R; ++r) x[r] = reinterpret_cast<const float*>(act_row(a, a_stride, r));
-    // Two accumulators per row hide the FMA latency.
-    __m256 acc0[R], acc1[R];
-    for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= K; i += 16) {
-        const __m256 w0 = load8(wp + i), w1 = load8(wp + i + 8);
-        for (int r = 0; r < R; ++r) {
-            acc0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[r] + i), acc0[r]);
-            acc1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[r] + i + 8), acc1[r]);
-        }
-    }
-    for (; i + 8 <= K; i += 8) {
-        const __m256 w0 = load8(wp + i);
-        for (int r = 0; r < R; ++r) acc0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[r] + i), acc0[r]);
-    }
-    for (int r = 0; r < R; ++r) {
-        float s = hsum_ps(_mm256_add_ps(acc0[r], acc1[r]));
-        for (int64_t j = i; j < K; ++j) s += load1(wp + j) * x[r][j];
-        out[r * os] = s;
-    }
-}
-
-// ---- R dispatch ---------------------------------------------------------------------
-
-#define QINFER_DOT_WRAPPER(name, impl)                                                                   \
-    template <class T>                                                                                   \
-    void name(int64_t K, const void* w, const void* a, size_t as, int R, float* out, int64_t os) {       \
-        switch (R) {                                                                                     \
-            case 1: impl<T, 1>(K, w, a, as, out, os); break;                                             \
-            case 2: impl<T, 2>(K, w, a, as, out, os); break;                                             \
-            case 3: impl<T, 3>(K, w, a, as, out, os); break;                                             \
-            default: impl<T, 4>(K, w, a, as, out, os); break;                                            \
-        }                                                                                                \
-    }
-QINFER_DOT_WRAPPER(dot_kquant, dot_kquant_r)
-QINFER_DOT_WRAPPER(dot_legacy_q8_0, dot_legacy_q8_0_r)
-QINFER_DOT_WRAPPER(dot_legacy_q8_1, dot_legacy_q8_1_r)
-QINFER_DOT_WRAPPER(dot_float, dot_float_r)
-#undef QINFER_DOT_WRAPPER
-static_assert(kMaxTile == 4, "update the R dispatch");
-
-KernelTable make_table() {
-    KernelTable t;
-    auto set = [&](GgmlType ty, DotFn f) { t.dot[int(ty)] = f; };
-    set(GgmlType::F32, dot_float<float>);
-    set(GgmlType::F16, dot_float<uint16_t>);
-    set(GgmlType::BF16, dot_float<Bf16>);
-    set(GgmlType::Q8_0, dot_legacy_q8_0<block_q8_0>);
-    set(GgmlType::Q4_0, dot_legacy_q8_0<block_q4_0>);
-    set(GgmlType::Q5_0, dot_legacy_q8_0<block_q5_0>);
-    set(GgmlType::Q4_1, dot_legacy_q8_1<block_q4_1>);
-    set(GgmlType::Q5_1, dot_legacy_q8_1<block_q5_1>);
-    set(GgmlType::Q2_K, dot_kquant<block_q2_K>);
-    set(GgmlType::Q3_K, dot_kquant<block_q3_K>);
-    set(GgmlType::Q4_K, dot_kquant<block_q4_K>);
-    set(GgmlType::Q5_K, dot_kquant<block_q5_K>);
-    set(GgmlType::Q6_K, dot_kquant<block_q6_K>);
-    return t;
-}
+};
 
 }  // namespace
 
 const KernelTable* avx2_table() {
-    static const KernelTable t = make_table();
+    static const KernelTable t = X86Kernels<OpsAvx2>::table();
     return &t;
 }
 

@@ -6,12 +6,14 @@
 // so each weight block is unpacked once per tile and the chunk's weights stay
 // in L2 while the tiles pass over them.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/fp16.h"
 #include "common/thread_pool.h"
 #include "quant/blocks.h"
 #include "quant/cpu_kernels.h"
@@ -94,10 +96,30 @@ DotFn pick_dot(Isa isa, GgmlType wt) {
     return scalar_table()->dot[id];
 }
 
+// Activations to Q8_0 / Q8_1: ggml's reference layout, rounded with nearest_int
+// (ties to even, as ggml's SIMD quantizers do) instead of a libm roundf call
+// per element. Q8_K uses the reference quantizer, which already does.
+template <class B>
+void quantize_act_q8(const float* x, B* y, int64_t K) {
+    for (int64_t i = 0; i < K / 32; ++i, x += 32) {
+        float amax = 0.f;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const float d = amax / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; ++j) {
+            y[i].qs[j] = int8_t(nearest_int(x[j] * id));
+            sum += y[i].qs[j];
+        }
+        y[i].d = fp32_to_fp16(d);
+        if constexpr (sizeof(B) == sizeof(block_q8_1)) y[i].s = fp32_to_fp16(float(sum) * d);
+    }
+}
+
 void quantize_activation_row(ActFormat f, const float* x, uint8_t* dst, int64_t K) {
     switch (f) {
-        case ActFormat::Q8_0: quantize_ref_q8_0(x, reinterpret_cast<block_q8_0*>(dst), K); break;
-        case ActFormat::Q8_1: quantize_ref_q8_1(x, reinterpret_cast<block_q8_1*>(dst), K); break;
+        case ActFormat::Q8_0: quantize_act_q8(x, reinterpret_cast<block_q8_0*>(dst), K); break;
+        case ActFormat::Q8_1: quantize_act_q8(x, reinterpret_cast<block_q8_1*>(dst), K); break;
         case ActFormat::Q8_K: quantize_ref_q8_K(x, reinterpret_cast<block_q8_K*>(dst), K); break;
         case ActFormat::F32: std::memcpy(dst, x, size_t(K) * 4); break;
     }
