@@ -33,7 +33,7 @@ say "gpu $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head 
 
 step "build"
 t0=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQINFER_CUDA=ON \
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="90-real;80-virtual" \
   -DQINFER_REFERENCE_DIR="$REF" >>"$LOG" 2>&1 || cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DQINFER_CUDA=ON -DQINFER_REFERENCE_DIR="$REF" >>"$LOG" 2>&1
 if ! cmake --build build-gpu -j"$(nproc)" >>"$LOG" 2>&1; then
   grep -E "error|Error" "$LOG" | head -40
