@@ -26,6 +26,9 @@ namespace qinfer {
 
 class Model;
 class Tokenizer;
+namespace chat {
+class ChatTemplate;
+}
 
 struct EngineOptions {
     int n_ctx = 0;           // tokens of context per slot; 0 = min(training context, 4096)
@@ -123,8 +126,10 @@ public:
 
     ModelInfo info() const;
     double load_ms() const;
+    // The parts, for in-repo users (server scheduler, CLI output parsing).
     Model& model();
     const Tokenizer& tokenizer() const;
+    const chat::ChatTemplate& chat_template() const;
 
     struct Impl;
 

@@ -1,12 +1,288 @@
+// `qinfer bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [-ngl N] [--depth D] [-o md|json|csv]`
+// Prompt processing (ppP) and generation (tgN) throughput in llama-bench's
+// table layout: mean ± standard deviation over the repetitions, after one
+// unmeasured warm-up run. -p/-n/-t/-ngl/--depth take comma lists; every
+// combination is measured. Random token ids: no tokenizer involved.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/run_options.h"
+#include "common/error.h"
+#include "common/platform.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "sampling/rng.h"
+#include "sampling/sampler.h"
 
 namespace qinfer::cli {
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int> parse_int_list(const std::string& s, const char* flag, int min_value) {
+    std::vector<int> out;
+    size_t i = 0;
+    while (i <= s.size()) {
+        size_t j = s.find(',', i);
+        if (j == std::string::npos) j = s.size();
+        const std::string tok = s.substr(i, j - i);
+        char* end = nullptr;
+        const long v = std::strtol(tok.c_str(), &end, 10);
+        if (tok.empty() || !end || *end || v < min_value || v > 1000000)
+            fail(strfmt("%s: '%s' is not a valid value (integer >= %d)", flag, tok.c_str(), min_value));
+        out.push_back(int(v));
+        i = j + 1;
+    }
+    return out;
+}
+
+struct Stats {
+    double mean = 0, stddev = 0;
+};
+
+Stats stats(const std::vector<double>& v) {
+    Stats s;
+    if (v.empty()) return s;
+    for (double x : v) s.mean += x;
+    s.mean /= double(v.size());
+    if (v.size() > 1) {
+        double ss = 0;
+        for (double x : v) ss += (x - s.mean) * (x - s.mean);
+        s.stddev = std::sqrt(ss / double(v.size() - 1));
+    }
+    return s;
+}
+
+struct Row {
+    std::string model, size, params, backend;
+    int threads = 0, ngl = 0, n_prompt = 0, n_gen = 0, depth = 0;
+    uint64_t file_bytes = 0, n_params = 0;
+    std::vector<double> tps;      // per repetition
+    std::vector<double> ttft_ms;  // pp tests: prompt + first-token sampling
+    std::string test() const {
+        std::string t = n_prompt > 0 ? strfmt("pp%d", n_prompt) : strfmt("tg%d", n_gen);
+        if (depth > 0) t += strfmt(" @ d%d", depth);
+        return t;
+    }
+};
+
+std::string human_size(uint64_t bytes) {
+    const double gib = double(bytes) / (1024.0 * 1024.0 * 1024.0);
+    if (gib >= 1.0) return strfmt("%.2f GiB", gib);
+    return strfmt("%.2f MiB", double(bytes) / (1024.0 * 1024.0));
+}
+
+std::string human_params(uint64_t n) {
+    if (n >= 1000000000ull) return strfmt("%.2f B", double(n) / 1e9);
+    if (n >= 1000000ull) return strfmt("%.2f M", double(n) / 1e6);
+    return strfmt("%.2f K", double(n) / 1e3);
+}
+
+// Fills the slot with `n` random tokens (context for a depth test), unmeasured.
+void fill(Model& model, Rng& rng, int n_vocab, int n, int n_batch) {
+    Batch b;
+    std::vector<float> logits;
+    for (int done = 0; done < n;) {
+        b.clear();
+        const int k = std::min(n_batch, n - done);
+        for (int i = 0; i < k; i++) b.add(int32_t(rng.next() % uint64_t(n_vocab)), done + i, 0, false);
+        model.forward(b, logits);
+        done += k;
+    }
+}
+
+// One repetition; returns tokens/s and (pp) the time to first token.
+std::pair<double, double> run_once(Model& model, Rng& rng, int n_vocab, const Row& row, int n_batch) {
+    model.clear_slot(0);
+    fill(model, rng, n_vocab, row.depth, n_batch);
+    std::vector<float> logits;
+    Batch b;
+    const auto t0 = Clock::now();
+    if (row.n_prompt > 0) {
+        for (int done = 0; done < row.n_prompt;) {
+            b.clear();
+            const int k = std::min(n_batch, row.n_prompt - done);
+            for (int i = 0; i < k; i++)
+                b.add(int32_t(rng.next() % uint64_t(n_vocab)), row.depth + done + i, 0, done + i + 1 == row.n_prompt);
+            model.forward(b, logits);
+            done += k;
+        }
+        const int32_t first = argmax(logits.data(), n_vocab);
+        (void)first;
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        return {1000.0 * row.n_prompt / ms, ms};
+    }
+    int32_t tok = int32_t(rng.next() % uint64_t(n_vocab));
+    for (int i = 0; i < row.n_gen; i++) {
+        b.clear();
+        b.add(tok, row.depth + i, 0, true);
+        model.forward(b, logits);
+        tok = argmax(logits.data(), n_vocab);
+    }
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    return {1000.0 * row.n_gen / ms, 0.0};
+}
+
+void print_markdown(const std::vector<Row>& rows) {
+    std::printf("| %-30s | %10s | %10s | %-16s | %7s | %13s | %20s |\n", "model", "size", "params", "backend", "threads",
+                "test", "t/s");
+    std::printf("| %s | %s: | %s: | %s | %s: | %s: | %s: |\n", std::string(30, '-').c_str(), std::string(9, '-').c_str(),
+                std::string(9, '-').c_str(), std::string(16, '-').c_str(), std::string(6, '-').c_str(),
+                std::string(12, '-').c_str(), std::string(19, '-').c_str());
+    for (const Row& r : rows) {
+        const Stats s = stats(r.tps);
+        std::printf("| %-30s | %10s | %10s | %-16s | %7d | %13s | %20s |\n", r.model.c_str(), r.size.c_str(),
+                    r.params.c_str(), r.backend.c_str(), r.threads, r.test().c_str(),
+                    strfmt("%.2f ± %.2f", s.mean, s.stddev).c_str());
+    }
+    for (const Row& r : rows) {
+        if (r.ttft_ms.empty()) continue;
+        const Stats s = stats(r.ttft_ms);
+        std::printf("\nTTFT %s (threads %d, ngl %d): %.2f ± %.2f ms", r.test().c_str(), r.threads, r.ngl, s.mean,
+                    s.stddev);
+    }
+    std::printf("\n");
+}
+
+void print_json(const std::vector<Row>& rows) {
+    nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+    for (const Row& r : rows) {
+        const Stats s = stats(r.tps);
+        nlohmann::ordered_json j;
+        j["model_type"] = r.model;
+        j["model_size"] = r.file_bytes;
+        j["model_n_params"] = r.n_params;
+        j["backends"] = r.backend;
+        j["n_threads"] = r.threads;
+        j["n_gpu_layers"] = r.ngl;
+        j["n_prompt"] = r.n_prompt;
+        j["n_gen"] = r.n_gen;
+        j["n_depth"] = r.depth;
+        j["test"] = r.test();
+        j["avg_ts"] = s.mean;
+        j["stddev_ts"] = s.stddev;
+        j["samples_ts"] = r.tps;
+        if (!r.ttft_ms.empty()) {
+            const Stats t = stats(r.ttft_ms);
+            j["avg_ttft_ms"] = t.mean;
+            j["stddev_ttft_ms"] = t.stddev;
+        }
+        arr.push_back(j);
+    }
+    std::printf("%s\n", arr.dump(2).c_str());
+}
+
+void print_csv(const std::vector<Row>& rows) {
+    std::printf("model_type,model_size,model_n_params,backends,n_threads,n_gpu_layers,n_prompt,n_gen,n_depth,avg_ts,"
+                "stddev_ts\n");
+    for (const Row& r : rows) {
+        const Stats s = stats(r.tps);
+        std::printf("\"%s\",%llu,%llu,\"%s\",%d,%d,%d,%d,%d,%.6f,%.6f\n", r.model.c_str(),
+                    (unsigned long long)r.file_bytes, (unsigned long long)r.n_params, r.backend.c_str(), r.threads,
+                    r.ngl, r.n_prompt, r.n_gen, r.depth, s.mean, s.stddev);
+    }
+}
+
+}  // namespace
+
 int cmd_bench(int argc, char** argv) {
-    std::fprintf(stderr, "qinfer bench: not implemented yet\n");
-    return 2;
+    CLI::App app{"Prompt processing / generation throughput (llama-bench layout)", "qinfer bench"};
+    std::string model_path, p_str = "512", n_str = "128", t_str, ngl_str = "0", d_str = "0", out = "md";
+    int reps = 5, n_batch = 512;
+    std::string kv_type = "f16";
+    app.add_option("-m,--model", model_path, "GGUF model file")->required();
+    app.add_option("-p,--n-prompt", p_str, "prompt lengths (comma list; 0 = skip pp)");
+    app.add_option("-n,--n-gen", n_str, "generation lengths (comma list; 0 = skip tg)");
+    app.add_option("-t,--threads", t_str, "CPU threads (comma list; default physical cores)");
+    app.add_option("--gpu-layers,--n-gpu-layers", ngl_str, "GPU layers (-ngl; comma list)");
+    app.add_option("-d,--depth", d_str, "tokens already in the context (comma list)");
+    app.add_option("-r,--repetitions", reps, "measured repetitions per test")->check(CLI::Range(1, 1000));
+    app.add_option("-b,--batch-size", n_batch, "max tokens per forward pass")->check(CLI::Range(1, 65536));
+    app.add_option("--kv-type,--cache-type-k", kv_type, "KV cache type (-ctk): f16 or f32")
+        ->check(CLI::IsMember({"f16", "f32"}));
+    app.add_option("-o,--output", out, "output format: md, json or csv")->check(CLI::IsMember({"md", "json", "csv"}));
+    std::vector<std::string> arg_storage;
+    std::vector<char*> args = normalize_llama_flags(argc, argv, arg_storage);
+    try {
+        app.parse(int(args.size()), args.data());
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    const std::vector<int> ps = parse_int_list(p_str, "-p", 0), ns = parse_int_list(n_str, "-n", 0);
+    const std::vector<int> ngls = parse_int_list(ngl_str, "-ngl", -1), depths = parse_int_list(d_str, "--depth", 0);
+    const std::vector<int> ts = t_str.empty() ? std::vector<int>{physical_cores()} : parse_int_list(t_str, "-t", 1);
+
+    int max_ctx = 0;
+    for (int d : depths)
+        for (int p : ps)
+            for (int n : ns) max_ctx = std::max({max_ctx, d + p, d + n});
+    if (max_ctx == 0) fail("nothing to measure: all -p and -n values are 0");
+
+    std::vector<Row> rows;
+    Rng rng(1234);
+    for (int ngl : ngls) {
+        for (int threads : ts) {
+            EngineOptions eo;
+            eo.n_ctx = max_ctx + 1;
+            eo.n_batch = n_batch;
+            eo.n_threads = threads;
+            eo.gpu_layers = ngl;
+            eo.kv_f32 = kv_type == "f32";
+            auto engine = Engine::load(model_path, eo);
+            const ModelInfo info = engine->info();
+            Model& model = engine->model();
+            const int n_vocab = info.n_vocab;
+            const std::string size_label(model.file().get_string("general.size_label").value_or("?B"));
+            std::vector<Row> tests;
+            for (int d : depths) {
+                for (int p : ps) {
+                    if (p <= 0) continue;
+                    tests.emplace_back();
+                    tests.back().n_prompt = p;
+                    tests.back().depth = d;
+                }
+                for (int n : ns) {
+                    if (n <= 0) continue;
+                    tests.emplace_back();
+                    tests.back().n_gen = n;
+                    tests.back().depth = d;
+                }
+            }
+            for (Row& r : tests) {
+                r.model = info.arch + " " + size_label + " " + info.file_type;
+                r.size = human_size(info.file_bytes);
+                r.params = human_params(info.n_params);
+                r.backend = info.backend.find("CUDA") != std::string::npos ? "CUDA" : "CPU";
+                r.threads = threads;
+                r.ngl = ngl;
+                r.file_bytes = info.file_bytes;
+                r.n_params = info.n_params;
+                run_once(model, rng, n_vocab, r, n_batch);  // warm-up
+                for (int i = 0; i < reps; i++) {
+                    auto [tps, ttft] = run_once(model, rng, n_vocab, r, n_batch);
+                    r.tps.push_back(tps);
+                    if (r.n_prompt > 0) r.ttft_ms.push_back(ttft);
+                }
+                rows.push_back(r);
+            }
+            model.clear_slot(0);
+        }
+    }
+    if (out == "json")
+        print_json(rows);
+    else if (out == "csv")
+        print_csv(rows);
+    else
+        print_markdown(rows);
+    return 0;
 }
 
 }  // namespace qinfer::cli

@@ -2,10 +2,12 @@
 // for one Sequence at a time.
 #include "qinfer/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 
 #include "chat/template.h"
 #include "common/error.h"
@@ -225,5 +227,6 @@ ModelInfo Engine::info() const {
 double Engine::load_ms() const { return impl_->load_ms; }
 Model& Engine::model() { return *impl_->model; }
 const Tokenizer& Engine::tokenizer() const { return *impl_->tok; }
+const chat::ChatTemplate& Engine::chat_template() const { return impl_->tmpl; }
 
 }  // namespace qinfer
