@@ -169,6 +169,7 @@ void BpeMerges::apply(const unsigned char* piece, size_t n, std::vector<int32_t>
     else
         apply_large(syms);
     out.insert(out.end(), syms.begin(), syms.end());
+    if (syms.capacity() > (1u << 16)) std::vector<int32_t>().swap(syms);  // do not keep a huge buffer per thread
 }
 
 }  // namespace qinfer

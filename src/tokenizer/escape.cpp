@@ -28,6 +28,8 @@ std::vector<std::string> split_case_lines(std::string_view contents, bool escape
         size_t end = contents.find('\n', begin);
         if (end == std::string_view::npos) end = contents.size();
         std::string_view line = contents.substr(begin, end - begin);
+        // In the escaped format a CR is written "\r", so a raw one is a CRLF line end.
+        if (escaped && !line.empty() && line.back() == '\r') line.remove_suffix(1);
         lines.push_back(escaped ? unescape_case_line(line) : std::string(line));
         begin = end + 1;
     }

@@ -12,7 +12,8 @@ namespace qinfer {
 std::string unescape_case_line(std::string_view line);
 
 // Splits file contents into lines at LF (a final LF does not start another
-// line). With `escaped`, every line is passed through unescape_case_line.
+// line). With `escaped`, a raw CR before the LF is dropped (CRLF files) and
+// every line is passed through unescape_case_line.
 std::vector<std::string> split_case_lines(std::string_view contents, bool escaped);
 
 }  // namespace qinfer

@@ -72,6 +72,7 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>&
     const size_t before = out.size();
     emit_symbols(syms.data(), syms.size(), out);
     if (cacheable) cache.put(piece, h, out.data() + before, out.size() - before);
+    if (syms.capacity() > (1u << 16)) std::vector<int32_t>().swap(syms);
 }
 
 void Tokenizer::Impl::encode_fragment(std::string_view frag, std::vector<int32_t>& out) const {
