@@ -1,0 +1,222 @@
+#include "plan/planner.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+
+namespace qinfer {
+
+namespace {
+
+// Bytes per batch token of the activation buffers a backend allocates
+// (model.cpp alloc_scratch, model/layers.h Scratch), all f32.
+struct ScratchWidths {
+    int64_t base, attention, deltanet;
+};
+ScratchWidths scratch_widths(const HParams& hp) {
+    const int64_t Q = hp.n_head * hp.head_dim, G = hp.n_head_kv * hp.head_dim;
+    ScratchWidths w;
+    w.base = 3 * hp.n_embd + 2 * hp.n_ff;  // x, h, mix, ffn_g, ffn_u
+    // q (qwen35: queries and gate), qn (qwen35), k, v, att
+    w.attention = (hp.arch == Arch::Qwen35 ? 3 * Q : Q) + 2 * G + Q;
+    // qkv, conv, z, o, y, a, b
+    w.deltanet = hp.arch == Arch::Qwen35 ? 2 * hp.ssm_conv_channels() + 3 * hp.ssm_inner + 2 * hp.ssm_v_heads : 0;
+    return w;
+}
+constexpr int64_t kStepI32PerToken = 7;  // pos, slot, ids, 4 segment fields (I32 [n_batch] each)
+
+void check_options(const PlanOptions& o) {
+    if (o.n_ctx < 1) fail(strfmt("plan: context size must be at least 1 (got %lld)", (long long)o.n_ctx));
+    if (o.n_slots < 1) fail(strfmt("plan: number of slots must be at least 1 (got %d)", o.n_slots));
+    if (o.n_batch < 1) fail(strfmt("plan: batch size must be at least 1 (got %d)", o.n_batch));
+    if (o.kv_type != GgmlType::F16 && o.kv_type != GgmlType::F32 && o.kv_type != GgmlType::Q8_0)
+        fail(strfmt("plan: KV cache type %s is not supported (f16, f32, q8_0)", type_name(o.kv_type)));
+}
+
+// Saturating arithmetic: an absurd context must read as "does not fit", not wrap.
+uint64_t mul_sat(uint64_t a, uint64_t b) { return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b; }
+uint64_t add_sat(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
+
+}  // namespace
+
+uint64_t DeviceBytes::total() const {
+    uint64_t t = 0;
+    for (uint64_t b : {weights, kv_cache, recurrent_state, scratch, logits, workspace, runtime}) t = add_sat(t, b);
+    return t;
+}
+
+uint64_t MemoryPlan::layer_weight_bytes() const {
+    uint64_t n = 0;
+    for (const LayerPlan& l : layers) n += l.weight_bytes;
+    return n;
+}
+
+uint64_t MemoryPlan::weight_bytes() const {
+    return layer_weight_bytes() + token_embd_bytes + output_bytes + output_norm_bytes;
+}
+
+MemoryPlan plan_memory(const ModelDesc& model, const PlanOptions& opt) {
+    check_options(opt);
+    const HParams& hp = model.hp;
+    MemoryPlan p;
+    p.model = model.name;
+    p.hp = hp;
+    p.opt = opt;
+
+    // KV rows are head_dim elements; a block type must tile them.
+    const TypeTraits& kt = traits(opt.kv_type);
+    if (hp.head_dim % int64_t(kt.block_size) != 0)
+        fail(strfmt("plan: %s: KV type %s needs a head size that is a multiple of %u (head size %lld)",
+                    model.name.c_str(), kt.name, kt.block_size, (long long)hp.head_dim));
+    const StateSizes ss = state_sizes(hp, opt.kv_type);
+
+    p.layers.resize(size_t(hp.n_layer));
+    for (int64_t i = 0; i < hp.n_layer; ++i) {
+        LayerPlan& l = p.layers[size_t(i)];
+        l.index = i;
+        l.recurrent = hp.is_recurrent(i);
+        if (l.recurrent) l.state_bytes_per_seq = ss.recurrent_bytes_per_seq_layer;
+        else l.kv_bytes_per_token = ss.kv_bytes_per_token_layer;
+    }
+    bool have_embd = false;
+    for (const TensorEntry& t : model.tensors) {
+        const int64_t il = tensor_layer(t.name);
+        if (il >= 0 && il < hp.n_layer) {
+            LayerPlan& l = p.layers[size_t(il)];
+            l.weight_bytes += t.nbytes;
+            if (t.ne[1] > 1) l.widest_input = std::max(l.widest_input, t.ne[0]);
+        } else if (t.name == "token_embd.weight") {
+            p.token_embd_bytes = t.nbytes;
+            have_embd = true;
+        } else if (t.name == "output.weight") {
+            p.output_bytes = t.nbytes;
+        } else if (t.name == "output_norm.weight") {
+            p.output_norm_bytes = t.nbytes;
+        } else {
+            p.unused_bytes += t.nbytes;  // MTP layers (il >= n_layer), vision tensors, classifier heads
+            ++p.unused_tensors;
+        }
+    }
+    if (!have_embd) fail(strfmt("plan: %s: tensor 'token_embd.weight' is missing", model.name.c_str()));
+
+    p.kv_bytes_per_token = ss.kv_bytes_per_token;
+    p.recurrent_bytes_per_seq = ss.recurrent_bytes_per_seq;
+    const uint64_t B = uint64_t(opt.n_batch);
+    const ScratchWidths w = scratch_widths(hp);
+    p.scratch_base_bytes = 4 * B * uint64_t(w.base + kStepI32PerToken);
+    p.scratch_attention_bytes = 4 * B * uint64_t(w.attention);
+    p.scratch_deltanet_bytes = 4 * B * uint64_t(w.deltanet);
+    p.head_buffer_bytes = 4 * uint64_t(hp.n_embd + hp.n_vocab) * uint64_t(opt.compute.head_chunk_rows);
+    const int64_t rows = opt.compute.logit_rows < 0 ? opt.n_slots : opt.compute.logit_rows;
+    p.logit_bytes = 4 * uint64_t(hp.n_vocab) * uint64_t(rows);
+    // Decode attention over long caches is split into up to 32 key ranges, each
+    // leaving (d + 2) floats per head and token, for up to 4 tokens.
+    p.attention_split_bytes = 4 * uint64_t(4 * hp.n_head * 32 * (hp.head_dim + 2));
+    return p;
+}
+
+MemoryPlan plan_memory(const gguf::File& f, const HParams& hp, const PlanOptions& opt) {
+    return plan_memory(describe_model(f, hp), opt);
+}
+
+Split MemoryPlan::split(int gpu_layers, int64_t n_ctx) const {
+    const int64_t L = int64_t(layers.size());
+    Split s;
+    s.gpu_layers = int(std::clamp<int64_t>(gpu_layers, 0, L + 1));
+    s.n_ctx = n_ctx;
+    s.head_on_gpu = s.embed_on_gpu = head_on_gpu(L, s.gpu_layers);
+    const uint64_t slots = uint64_t(opt.n_slots);
+
+    int64_t widest_gpu_input = 0;
+    bool attn[2] = {false, false}, rec[2] = {false, false};  // [host, gpu]
+    for (const LayerPlan& l : layers) {
+        const bool g = layer_on_gpu(L, s.gpu_layers, l.index);
+        DeviceBytes& d = g ? s.gpu : s.host;
+        d.weights += l.weight_bytes;
+        d.kv_cache = add_sat(d.kv_cache, mul_sat(mul_sat(l.kv_bytes_per_token, uint64_t(n_ctx)), slots));
+        d.recurrent_state += l.state_bytes_per_seq * slots;
+        (l.recurrent ? rec : attn)[g] = true;
+        if (g) {
+            widest_gpu_input = std::max(widest_gpu_input, l.widest_input);
+            (l.recurrent ? s.gpu_recurrent_layers : s.gpu_attention_layers) += 1;
+        }
+    }
+
+    // Embedding and head live together; a tied matrix is one copy for both.
+    DeviceBytes& head = s.head_on_gpu ? s.gpu : s.host;
+    head.weights += token_embd_bytes + output_bytes + output_norm_bytes;
+    head.logits += head_buffer_bytes;
+    s.host.logits += logit_bytes;  // returned to the caller
+
+    // Every backend that runs a layer, the embedding or the head allocates the
+    // base activation set, plus the sets of the layer kinds it runs.
+    for (int g = 0; g < 2; ++g) {
+        DeviceBytes& d = g ? s.gpu : s.host;
+        const bool used = g ? s.gpu_layers > 0 : (s.gpu_layers < L || !s.head_on_gpu);
+        if (!used) continue;
+        d.scratch += scratch_base_bytes + (attn[g] ? scratch_attention_bytes : 0) +
+                     (rec[g] ? scratch_deltanet_bytes : 0);
+    }
+    if (s.gpu_layers > 0) {
+        s.gpu.workspace = opt.compute.cublas_bytes + (attn[1] ? attention_split_bytes : 0);
+        if (opt.compute.act_scratch)
+            s.gpu.workspace += 2 * 2 * uint64_t(std::max(widest_gpu_input, hp.n_embd)) * uint64_t(opt.n_batch);
+        s.gpu.runtime = opt.compute.cuda_context_bytes;
+        s.host.runtime = opt.compute.host_staging_bytes;
+    }
+    return s;
+}
+
+uint64_t default_safety_margin(uint64_t vram_bytes) { return std::max<uint64_t>(256 * kMiB, vram_bytes / 32); }
+
+bool split_fits(const Split& s, uint64_t free_vram_bytes, uint64_t safety_margin, uint64_t host_bytes) {
+    const uint64_t g = s.gpu.total();
+    if (g > 0 && (free_vram_bytes < safety_margin || g > free_vram_bytes - safety_margin)) return false;
+    if (host_bytes > 0 && s.host.total() > host_bytes) return false;
+    return true;
+}
+
+int recommend_gpu_layers(const MemoryPlan& plan, uint64_t free_vram_bytes, uint64_t safety_margin,
+                         uint64_t host_bytes) {
+    int most_on_gpu = -1;  // the most layers the GPU alone can hold
+    for (int n = plan.max_gpu_layers(); n >= 0; --n) {
+        Split s = plan.split(n);
+        if (!split_fits(s, free_vram_bytes, safety_margin, 0)) continue;
+        if (most_on_gpu < 0) most_on_gpu = n;
+        if (split_fits(s, free_vram_bytes, safety_margin, host_bytes)) return n;
+    }
+    Split s = plan.split(std::max(most_on_gpu, 0));
+    fail(strfmt("plan: %s does not fit at context %lld x %d slot(s): with -ngl %d (the most the GPU's %.2f GiB "
+                "hold) the host still needs %.2f GiB but the limit is %.2f GiB; reduce the context (-c) or "
+                "slots (-np), use a smaller quantization, or a --kv-type of fewer bytes",
+                plan.model.c_str(), (long long)plan.opt.n_ctx, plan.opt.n_slots, s.gpu_layers,
+                double(free_vram_bytes) / double(kGiB), double(s.host.total()) / double(kGiB),
+                double(host_bytes) / double(kGiB)));
+}
+
+ContextFit max_context_fit(const MemoryPlan& plan, int gpu_layers, uint64_t free_vram_bytes, uint64_t safety_margin,
+                           uint64_t host_bytes) {
+    const Split s0 = plan.split(gpu_layers, 0), s1 = plan.split(gpu_layers, 1);
+    ContextFit fit;
+    fit.n_ctx = plan.hp.n_ctx_train > 0 ? plan.hp.n_ctx_train : INT64_MAX;
+    fit.limited_by = "trained context";
+    // KV is the only term that grows with the context, linearly.
+    auto limit = [&](uint64_t fixed, uint64_t per_token, uint64_t avail, const char* who) {
+        if (per_token == 0 && fixed <= avail) return;
+        int64_t n = fixed > avail ? 0 : int64_t(std::min<uint64_t>((avail - fixed) / per_token, INT64_MAX));
+        if (n < fit.n_ctx) {
+            fit.n_ctx = n;
+            fit.limited_by = who;
+        }
+    };
+    if (s0.gpu.total() > 0) {
+        uint64_t avail = free_vram_bytes > safety_margin ? free_vram_bytes - safety_margin : 0;
+        limit(s0.gpu.total(), s1.gpu.kv_cache - s0.gpu.kv_cache, avail, "gpu");
+    }
+    if (host_bytes > 0) limit(s0.host.total(), s1.host.kv_cache - s0.host.kv_cache, host_bytes, "host");
+    if (fit.limited_by[0] != 't') fit.n_ctx = fit.n_ctx / 256 * 256;  // llama.cpp's granularity
+    return fit;
+}
+
+}  // namespace qinfer
