@@ -25,6 +25,12 @@ PlanReport make_report(const MemoryPlan& plan, const PlanLimits& limits) {
     const uint64_t vram = gpu_unbounded ? UINT64_MAX : limits.vram_bytes;
     r.fits = split_fits(r.split, vram, limits.safety_margin, limits.host_bytes);
     r.max_ctx = max_context_fit(plan, r.gpu_layers, vram, limits.safety_margin, limits.host_bytes);
+    if (plan.hp.n_ctx_train > 0 && plan.opt.n_ctx > plan.hp.n_ctx_train)
+        r.warnings.push_back(strfmt("context %lld is beyond the trained context %lld: quality needs rope scaling",
+                                    (long long)plan.opt.n_ctx, (long long)plan.hp.n_ctx_train));
+    if (!r.fits)
+        r.warnings.push_back(strfmt("-ngl %d does not fit the given memory at context %lld", r.gpu_layers,
+                                    (long long)plan.opt.n_ctx));
     return r;
 }
 
@@ -138,6 +144,7 @@ nlohmann::ordered_json report_json(const PlanReport& r) {
           {"act_scratch", p.opt.compute.act_scratch},
           {"cuda_context_bytes", p.opt.compute.cuda_context_bytes},
           {"host_staging_bytes", p.opt.compute.host_staging_bytes}}},
+        {"warnings", r.warnings},
         {"layers", layers},
     };
     return j;
@@ -245,6 +252,8 @@ std::string report_text(const PlanReport& r, bool per_layer) {
                     (long long)r.max_ctx.n_ctx, r.max_ctx.limited_by);
     else
         o += strfmt("\nlargest context per slot with -ngl %d: none fits (%s)\n", s.gpu_layers, r.max_ctx.limited_by);
+
+    for (const std::string& w : r.warnings) o += "warning: " + w + "\n";
 
     // A few other splits, for choosing by hand.
     std::set<int> ns = {0, L / 4, L / 2, 3 * L / 4, L, L + 1, s.gpu_layers};

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,6 +28,7 @@ struct PlanReport {
     Split split;                 // at plan.opt.n_ctx
     bool fits = false;
     ContextFit max_ctx;          // for gpu_layers
+    std::vector<std::string> warnings;
 };
 
 // Chooses -ngl (recommend_gpu_layers unless limits.gpu_layers >= 0; throws when
