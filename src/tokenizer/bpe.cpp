@@ -42,117 +42,98 @@ uint64_t TextIndex::hash(std::string_view s) {
 
 // ---------------------------------------------------------------- BpeMerges
 
-void BpeMerges::init(const int32_t byte_symbols[256], size_t expected_merges) {
+void BpeMerges::build(const int32_t byte_symbols[256], size_t n_symbols, const int32_t* left, const int32_t* right,
+                      const int32_t* result, size_t n_merges) {
     for (int b = 0; b < 256; ++b) byte_symbols_[b] = byte_symbols[b];
-    size_t cap = 1024;
-    while (cap < 2 * expected_merges) cap <<= 1;
-    table_.assign(cap, Entry{kEmpty, 0, 0});
-    mask_ = table_.size() - 1;
-    n_ = 0;
-}
-
-void BpeMerges::grow() {
-    std::vector<Entry> old;
-    old.swap(table_);
-    table_.assign(old.size() * 2, Entry{kEmpty, 0, 0});
-    mask_ = table_.size() - 1;
-    for (const Entry& e : old) {
-        if (e.key == kEmpty) continue;
-        size_t i = slot_hash(e.key) & mask_;
-        while (table_[i].key != kEmpty) i = (i + 1) & mask_;
-        table_[i] = e;
+    // Counting sort by left symbol, then each group by (right, rank).
+    first_.assign(n_symbols + 1, 0);
+    for (size_t r = 0; r < n_merges; ++r)
+        if (left[r] >= 0 && right[r] >= 0) ++first_[size_t(left[r]) + 1];
+    for (size_t s = 0; s < n_symbols; ++s) first_[s + 1] += first_[s];
+    entries_.resize(first_[n_symbols]);
+    std::vector<uint32_t> fill(first_.begin(), first_.end() - 1);
+    for (size_t r = 0; r < n_merges; ++r)
+        if (left[r] >= 0 && right[r] >= 0) entries_[fill[size_t(left[r])]++] = Entry{right[r], int32_t(r), result[r]};
+    // Within a group the entries are in rank order already; a stable sort by
+    // right keeps the lowest rank first among duplicates, which are dropped.
+    size_t out = 0;
+    for (size_t s = 0; s < n_symbols; ++s) {
+        const size_t b = first_[s], e = first_[s + 1];
+        std::stable_sort(entries_.begin() + long(b), entries_.begin() + long(e),
+                         [](const Entry& x, const Entry& y) { return x.right < y.right; });
+        first_[s] = uint32_t(out);
+        for (size_t i = b; i < e; ++i)
+            if (i == b || entries_[i].right != entries_[i - 1].right) entries_[out++] = entries_[i];
     }
+    first_[n_symbols] = uint32_t(out);
+    entries_.resize(out);
 }
 
-void BpeMerges::add(int32_t left, int32_t right, int32_t rank, int32_t result) {
-    if (2 * (n_ + 1) > table_.size()) grow();
-    const uint64_t k = key(left, right);
-    size_t i = slot_hash(k) & mask_;
-    for (; table_[i].key != kEmpty; i = (i + 1) & mask_)
-        if (table_[i].key == k) return;  // duplicate pair: the first (lowest) rank stays
-    table_[i] = Entry{k, rank, result};
-    ++n_;
-}
-
-// Short pieces (nearly all of them): keep the rank of every adjacent pair in
-// an array, merge the leftmost lowest, look up only the two new pairs.
-void BpeMerges::apply_small(std::vector<int32_t>& syms) const {
-    constexpr int kMax = 256;
-    int32_t rank[kMax], result[kMax];
-    int m = int(syms.size());
-    auto look = [&](int i) {
-        const Entry* e = find(syms[i], syms[i + 1]);
-        rank[i] = e ? e->rank : INT_MAX;
-        result[i] = e ? e->result : -1;
+// Symbols form a linked list; every adjacent pair that has a merge sits in a
+// min-heap keyed by (rank, position of its left symbol), so equal ranks merge
+// leftmost first. rank_at[i] is the rank of the pair that starts at symbol i
+// now (INT32_MAX: none), so a heap entry is stale unless rank_at still holds
+// its rank: the pair at a position with the same rank is the same merge rule,
+// and merging it now is what its own entry, with the same key, would do.
+// O(n log n) for any piece length.
+void BpeMerges::merge(std::vector<int32_t>& syms) const {
+    struct Scratch {
+        std::vector<int32_t> prev, next, rank_at, result_at;
+        std::vector<uint64_t> heap;
     };
-    for (int i = 0; i + 1 < m; ++i) look(i);
-    for (;;) {
-        int best = -1;
-        int32_t best_rank = INT_MAX;
-        for (int i = 0; i + 1 < m; ++i)
-            if (rank[i] < best_rank) best_rank = rank[i], best = i;
-        if (best < 0) break;
-        syms[best] = result[best];
-        for (int i = best + 1; i + 1 < m; ++i) {
-            syms[i] = syms[i + 1];
-            rank[i] = rank[i + 1];
-            result[i] = result[i + 1];
-        }
-        --m;
-        if (best > 0) look(best - 1);
-        if (best + 1 < m) look(best);
-    }
-    syms.resize(size_t(m));
-}
-
-// Long pieces (a line of text without spaces, a long run of one symbol):
-// linked list of symbols plus a min-heap of candidate pairs keyed by
-// (rank, position). O(n log n). A heap entry is only a key: when it comes up,
-// the pair now at that position is looked up again, and the entry is stale
-// unless that pair still has the entry's rank. (A pair at the same position
-// with the same rank is the same merge rule, and merging it now is exactly
-// what its own entry, which has the same key, would do.)
-void BpeMerges::apply_large(std::vector<int32_t>& syms) const {
-    struct Node {
-        int32_t id, prev, next;
-    };
+    thread_local Scratch sc;
     const int32_t m = int32_t(syms.size());
-    std::vector<Node> nodes(static_cast<size_t>(m));
-    for (int32_t i = 0; i < m; ++i) nodes[size_t(i)] = Node{syms[size_t(i)], i - 1, i + 1 < m ? i + 1 : -1};
-    auto pair_at = [&](int32_t l) -> const Entry* {
-        const int32_t r = nodes[size_t(l)].next;
-        return r < 0 ? nullptr : find(nodes[size_t(l)].id, nodes[size_t(r)].id);
-    };
-    std::vector<uint64_t> heap;
-    heap.reserve(size_t(m));
-    auto push = [&](int32_t l) {
-        if (const Entry* e = pair_at(l)) {
-            heap.push_back((uint64_t(uint32_t(e->rank)) << 32) | uint32_t(l));
-            std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+    sc.prev.resize(size_t(m));
+    sc.next.resize(size_t(m));
+    sc.rank_at.resize(size_t(m));
+    sc.result_at.resize(size_t(m));
+    sc.heap.clear();
+    int32_t* prev = sc.prev.data();
+    int32_t* next = sc.next.data();
+    int32_t* rank_at = sc.rank_at.data();
+    int32_t* result_at = sc.result_at.data();
+    int32_t* id = syms.data();
+    auto key = [](int32_t rank, int32_t pos) { return (uint64_t(uint32_t(rank)) << 32) | uint32_t(pos); };
+    auto update = [&](int32_t i) {  // pair starting at symbol i changed
+        const Entry* e = next[i] >= 0 ? find(id[i], id[next[i]]) : nullptr;
+        rank_at[i] = e ? e->rank : INT32_MAX;
+        if (e) {
+            result_at[i] = e->result;
+            sc.heap.push_back(key(e->rank, i));
+            std::push_heap(sc.heap.begin(), sc.heap.end(), std::greater<uint64_t>());
         }
     };
-    for (int32_t i = 0; i + 1 < m; ++i)
-        if (const Entry* e = pair_at(i)) heap.push_back((uint64_t(uint32_t(e->rank)) << 32) | uint32_t(i));
-    std::make_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
-    while (!heap.empty()) {
-        std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
-        const uint64_t top = heap.back();
-        heap.pop_back();
-        const int32_t left = int32_t(uint32_t(top));
-        Node& L = nodes[size_t(left)];
-        if (L.id < 0) continue;  // absorbed by its left neighbour
-        const Entry* e = pair_at(left);
-        if (!e || uint32_t(e->rank) != uint32_t(top >> 32)) continue;
-        Node& R = nodes[size_t(L.next)];
-        L.id = e->result;
-        L.next = R.next;
-        if (R.next >= 0) nodes[size_t(R.next)].prev = left;
-        R.id = -1;
-        if (L.prev >= 0) push(L.prev);
-        push(left);
+    for (int32_t i = 0; i < m; ++i) {
+        prev[i] = i - 1;
+        next[i] = i + 1 < m ? i + 1 : -1;
     }
-    syms.clear();
-    for (int32_t i = 0; i >= 0; i = nodes[size_t(i)].next) syms.push_back(nodes[size_t(i)].id);
+    for (int32_t i = 0; i < m; ++i) {
+        const Entry* e = i + 1 < m ? find(id[i], id[i + 1]) : nullptr;
+        rank_at[i] = e ? e->rank : INT32_MAX;
+        if (e) {
+            result_at[i] = e->result;
+            sc.heap.push_back(key(e->rank, i));
+        }
+    }
+    std::make_heap(sc.heap.begin(), sc.heap.end(), std::greater<uint64_t>());
+    while (!sc.heap.empty()) {
+        std::pop_heap(sc.heap.begin(), sc.heap.end(), std::greater<uint64_t>());
+        const uint64_t top = sc.heap.back();
+        sc.heap.pop_back();
+        const int32_t i = int32_t(uint32_t(top));
+        if (rank_at[i] != int32_t(top >> 32)) continue;  // stale (merged away or neighbour changed)
+        const int32_t j = next[i];
+        id[i] = result_at[i];
+        next[i] = next[j];
+        if (next[j] >= 0) prev[next[j]] = i;
+        rank_at[j] = INT32_MAX;  // j is gone
+        if (prev[i] >= 0) update(prev[i]);
+        update(i);
+    }
+    int32_t n = 0;
+    for (int32_t i = 0; i >= 0; i = next[i]) id[n++] = id[i];
+    syms.resize(size_t(n));
+    if (sc.heap.capacity() > (1u << 16)) sc = Scratch();  // do not keep huge buffers per thread
 }
 
 void BpeMerges::apply(const unsigned char* piece, size_t n, std::vector<int32_t>& out) const {
@@ -164,10 +145,14 @@ void BpeMerges::apply(const unsigned char* piece, size_t n, std::vector<int32_t>
     thread_local std::vector<int32_t> syms;
     syms.resize(n);
     for (size_t i = 0; i < n; ++i) syms[i] = byte_symbols_[piece[i]];
-    if (n <= 256)
-        apply_small(syms);
-    else
-        apply_large(syms);
+    if (n == 2) {
+        if (const Entry* e = find(syms[0], syms[1])) {
+            syms[0] = e->result;
+            syms.resize(1);
+        }
+    } else {
+        merge(syms);
+    }
     out.insert(out.end(), syms.begin(), syms.end());
     if (syms.capacity() > (1u << 16)) std::vector<int32_t>().swap(syms);  // do not keep a huge buffer per thread
 }

@@ -63,46 +63,48 @@ private:
 class BpeMerges {
 public:
     // `byte_symbols[b]` is the symbol of the single byte b. Symbols are
-    // vocabulary ids; ids >= n_vocab are "virtual" symbols for merge results
-    // (or bytes) whose text is missing from the vocabulary.
-    void init(const int32_t byte_symbols[256], size_t expected_merges);
-    void add(int32_t left, int32_t right, int32_t rank, int32_t result);  // keeps the first rank of a pair
-    void prefetch(int32_t left, int32_t right) const { QINFER_PREFETCH(&table_[slot_hash(key(left, right)) & mask_]); }
-    size_t size() const { return n_; }
+    // vocabulary ids; ids in [n_vocab, n_symbols) are "virtual" symbols for
+    // merge results (or bytes) whose text is missing from the vocabulary.
+    // Merge r joins left[r] and right[r] into result[r]; r is its rank.
+    // Entries with a negative part are skipped; of a pair listed twice the
+    // first (lowest) rank counts.
+    void build(const int32_t byte_symbols[256], size_t n_symbols, const int32_t* left, const int32_t* right,
+               const int32_t* result, size_t n_merges);
+    size_t size() const { return entries_.size(); }
 
     // Merges the byte string `piece` and appends its final symbols to `out`.
     void apply(const unsigned char* piece, size_t n, std::vector<int32_t>& out) const;
 
 private:
+    // Merges grouped by left symbol (CSR layout), each group sorted by right
+    // symbol: the pairs that a text keeps looking up (a CJK lead byte with its
+    // continuation bytes, a frequent prefix with its suffixes) sit together in
+    // a few cache lines, unlike in a hash table.
     struct Entry {
-        uint64_t key;  // (left << 32) | right; kEmpty if unused
+        int32_t right;
         int32_t rank;
         int32_t result;
     };
-    static constexpr uint64_t kEmpty = ~uint64_t(0);
-    static uint64_t key(int32_t l, int32_t r) { return (uint64_t(uint32_t(l)) << 32) | uint32_t(r); }
-    static size_t slot_hash(uint64_t k) {
-        k ^= k >> 33;
-        k *= 0xff51afd7ed558ccdULL;
-        k ^= k >> 33;
-        return size_t(k);
-    }
     const Entry* find(int32_t l, int32_t r) const {
-        const uint64_t k = key(l, r);
-        for (size_t i = slot_hash(k) & mask_;; i = (i + 1) & mask_) {
-            const Entry& e = table_[i];
-            if (e.key == k) return &e;
-            if (e.key == kEmpty) return nullptr;
+        const Entry* b = entries_.data() + first_[size_t(l)];
+        const Entry* e = entries_.data() + first_[size_t(l) + 1];
+        while (e - b > 8) {
+            const Entry* mid = b + (e - b) / 2;
+            if (mid->right < r)
+                b = mid + 1;
+            else
+                e = mid + 1;
+            if (mid->right == r) return mid;
         }
+        for (; b < e; ++b)
+            if (b->right == r) return b;
+        return nullptr;
     }
-    void grow();
-    void apply_small(std::vector<int32_t>& syms) const;
-    void apply_large(std::vector<int32_t>& syms) const;
+    void merge(std::vector<int32_t>& syms) const;
 
     int32_t byte_symbols_[256] = {};
-    std::vector<Entry> table_;
-    size_t mask_ = 0;
-    size_t n_ = 0;
+    std::vector<uint32_t> first_;  // n_symbols + 1 offsets into entries_
+    std::vector<Entry> entries_;
 };
 
 // ---------------------------------------------------------------- TextIndex templates

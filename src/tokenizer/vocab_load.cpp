@@ -164,7 +164,6 @@ void Tokenizer::Impl::load(const gguf::File& f) {
     }
     const std::vector<std::string_view>* mv = f.get_string_array("tokenizer.ggml.merges");
     if (!mv) err("missing tokenizer.ggml.merges");
-    merges.init(byte_sym, mv->size());
     if (mv->size() > size_t(INT32_MAX)) err("too many merges");
     n_merges = int32_t(mv->size());
     // Resolve every merge's parts and result in the vocabulary, in batches.
@@ -228,12 +227,8 @@ void Tokenizer::Impl::load(const gguf::File& f) {
         if (mleft[r] < 0) mleft[r] = symbol_of(m.substr(0, msplit[r]));
         if (mright[r] < 0) mright[r] = symbol_of(m.substr(msplit[r] + 1));
     }
-    constexpr size_t kAhead = 16;
-    for (size_t r = 0; r < nm; ++r) {
-        if (r + kAhead < nm && mleft[r + kAhead] >= 0 && mright[r + kAhead] >= 0)
-            merges.prefetch(mleft[r + kAhead], mright[r + kAhead]);
-        if (msplit[r] && mleft[r] >= 0 && mright[r] >= 0) merges.add(mleft[r], mright[r], int32_t(r), mresult[r]);
-    }
+    if (size_t(n_vocab) + virtual_text.size() > size_t(INT32_MAX)) err("too many BPE symbols");
+    merges.build(byte_sym, size_t(n_vocab) + virtual_text.size(), mleft.data(), mright.data(), mresult.data(), nm);
     if (!virtual_text.empty())
         warnings.push_back(strfmt("%zu BPE symbols are not vocabulary entries", virtual_text.size()));
 
