@@ -6,7 +6,8 @@
 
 #include "common/error.h"
 #include "gguf/gguf.h"
-#include "runtime/cpu/cpu_kernels.h"
+#include "quant/cpu_matmul.h"
+#include "quant/quant.h"
 
 namespace qinfer {
 
@@ -118,7 +119,7 @@ void CpuBackend::get_rows(const Tensor& w, const Tensor& ids, const Tensor& out)
             fail(strfmt("get_rows %s: row %d out of range (0..%lld)", w.name, id[t], (long long)w.ne[1] - 1));
     parallel_rows(T, 1, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t)
-            cpu::dequantize_row(w.type, w.row<uint8_t>(id[t]), out.row<float>(t), w.ne[0]);
+            dequantize_row(w.type, w.row<uint8_t>(id[t]), out.row<float>(t), w.ne[0]);
     });
 }
 
@@ -127,7 +128,7 @@ void CpuBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, const
     if (x.ne[0] != K || y.ne[0] != N || y.ne[1] != T || x.nb[1] != size_t(K) * 4)
         fail(strfmt("matmul %s %s: x %s, y %s do not fit", w.name, shape_str(w).c_str(), shape_str(x).c_str(),
                     shape_str(y).c_str()));
-    cpu::matmul(w.type, w.data, K, N, static_cast<const float*>(x.data), T, static_cast<float*>(y.data),
+    cpu_matmul(w.type, w.data, K, N, static_cast<const float*>(x.data), T, static_cast<float*>(y.data),
                 int64_t(y.nb[1] / 4), *pool_);
     if (bias && *bias) {
         const float* bv = static_cast<const float*>(bias->data);

@@ -1,21 +1,11 @@
-// Seams between the CPU backend and the quant layer's kernels, plus the small
-// inner loops the CPU ops share.
+// Small inner loops shared by the CPU ops (the matmul kernels live in quant/).
 #pragma once
 #include <cmath>
 #include <cstdint>
 
-#include "quant/types.h"
 
 namespace qinfer {
-class ThreadPool;
-
 namespace cpu {
-
-// Row of n elements of type t to f32.
-void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
-// y[t][o] = sum_k W[o][k] x[t][k] (row stride of y: ldy floats).
-void matmul(GgmlType wt, const void* W, int64_t K, int64_t N, const float* x, int64_t T, float* y, int64_t ldy,
-            ThreadPool& pool);
 
 inline float dot(const float* a, const float* b, int64_t n) {
     float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
