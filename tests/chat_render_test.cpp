@@ -8,7 +8,10 @@
 
 #include "chat/chatml.h"
 #include "chat/pytext.h"
+#include "chat/template.h"
 #include "common/error.h"
+#include "gguf/gguf.h"
+#include "testutil.h"
 
 using namespace qinfer;
 using namespace qinfer::chat;
@@ -266,4 +269,46 @@ TEST(ChatGolden, MatchesJinja2RendersOfRealTemplates) {
             EXPECT_EQ(render_chatml(msgs, o, f), c["expected"].get<std::string>()) << name;
         }
     }
+}
+
+TEST(ChatGolden, JinjaRunsTheRealQwen3TemplateExactly) {
+    // The reference vocabulary carries Qwen3's tokenizer_config.json template.
+    if (!test::reference_available()) GTEST_SKIP() << "reference data missing in " << test::reference_dir();
+    auto f = gguf::File::open(test::reference_path("vocab-qwen3.gguf"));
+    const ChatTemplate jinja = ChatTemplate::from_gguf(*f, "", true);
+    ASSERT_TRUE(jinja.uses_jinja()) << jinja.warning();
+    const ChatTemplate builtin = ChatTemplate::from_gguf(*f);
+    ASSERT_FALSE(builtin.uses_jinja());
+    EXPECT_EQ(builtin.flavor(), Flavor::Qwen3);
+    const ojson cases = ojson::parse(kGolden);
+    int n = 0;
+    for (const ojson& c : cases) {
+        if (c["flavor"] != "qwen3") continue;
+        const std::string name = c["name"].get<std::string>();
+        ChatOptions o;
+        o.add_generation_prompt = c["gen"].get<bool>();
+        o.enable_thinking = c["think"].get<bool>();
+        if (!c["tools"].is_null()) o.tools_json = c["tools"].dump();
+        const auto msgs = messages_from(c["messages"]);
+        EXPECT_EQ(jinja.render(msgs, o), c["expected"].get<std::string>()) << name;
+        EXPECT_EQ(builtin.render(msgs, o), c["expected"].get<std::string>()) << name;
+        n++;
+    }
+    EXPECT_GT(n, 15);
+    EXPECT_FALSE(jinja.starts_in_reasoning(ChatOptions{}));
+}
+
+TEST(ChatTemplateSelection, FlavourFromTemplateText) {
+    EXPECT_EQ(detect_flavor("", Flavor::Qwen35), Flavor::Qwen35);
+    EXPECT_EQ(detect_flavor("{{ '<|im_start|>' }}", Flavor::Qwen35), Flavor::Qwen3);
+    EXPECT_EQ(detect_flavor("<|im_start|> ... '<tool_call>\n<function=' ...", Flavor::Qwen3), Flavor::Qwen35);
+    // A user template is run by the Jinja engine, with the variables llama.cpp passes.
+    const ChatTemplate t = ChatTemplate::jinja(
+        "{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}{{ bos_token }}{{ enable_thinking }}"
+        "{{ add_generation_prompt }}{{ extra }}");
+    ChatOptions o;
+    o.kwargs_json = R"({"extra": "!"})";
+    EXPECT_EQ(t.render({ChatMessage("developer", "d"), ChatMessage("user", "u")}, o),
+              "[system:d][user:u]<|endoftext|>TrueTrue!");
+    EXPECT_THROW(ChatTemplate::jinja("{% if %}"), Error);
 }

@@ -37,7 +37,8 @@ struct EngineOptions {
     int n_threads = 0;       // CPU threads; 0 = physical cores
     int gpu_layers = 0;      // layers on the GPU; -1 = as many as fit
     bool kv_f32 = false;     // KV cache in f32 instead of f16
-    std::string chat_template;  // overrides the GGUF's tokenizer.chat_template (Jinja source)
+    std::string chat_template;  // Jinja source replacing the GGUF's tokenizer.chat_template
+    bool jinja = false;         // run the GGUF's template with the Jinja engine instead of built-in ChatML
 };
 
 enum class FinishReason {

@@ -48,6 +48,8 @@ int cmd_chat(int argc, char** argv) {
 
     auto engine = Engine::load(mf.model, mf.engine_options());
     const SamplingParams sampling = sf.resolve(engine->default_sampling());
+    if (!engine->chat_template().warning().empty())
+        std::fprintf(stderr, "warning: %s\n", engine->chat_template().warning().c_str());
     const bool tty_in = stdin_is_terminal(), tty_out = stdout_is_terminal();
     if (tty_in)
         std::fprintf(stderr, "%s loaded (%s, %s). Type a message; /exit quits, /reset starts over.\n",

@@ -37,6 +37,8 @@ void ModelFlags::add(CLI::App& app) {
     app.add_option("--gpu-layers,--n-gpu-layers", gpu_layers, "layers to offload to the GPU (-ngl; -1 = all that fit)");
     app.add_option("--kv-type,--cache-type-k", kv_type, "KV cache type (-ctk): f16 or f32")
         ->check(CLI::IsMember({"f16", "f32"}));
+    app.add_flag("--jinja", jinja, "render chats with the model's own Jinja template (default: built-in ChatML)");
+    app.add_option("--chat-template-file", chat_template_file, "Jinja chat template to use instead of the model's");
 }
 
 EngineOptions ModelFlags::engine_options() const {
@@ -46,6 +48,8 @@ EngineOptions ModelFlags::engine_options() const {
     o.n_threads = n_threads;
     o.gpu_layers = gpu_layers;
     o.kv_f32 = kv_type == "f32";
+    o.jinja = jinja;
+    if (!chat_template_file.empty()) o.chat_template = read_file_text(chat_template_file);
     return o;
 }
 
@@ -119,7 +123,7 @@ std::string process_escapes(const std::string& s) {
 
 std::string read_file_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
-    if (!in) fail(strfmt("cannot open prompt file '%s'", path.c_str()));
+    if (!in) fail(strfmt("cannot open '%s'", path.c_str()));
     std::stringstream ss;
     ss << in.rdbuf();
     return ss.str();

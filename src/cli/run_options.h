@@ -20,6 +20,8 @@ struct ModelFlags {
     int n_threads = 0;
     int gpu_layers = 0;
     std::string kv_type = "f16";
+    bool jinja = false;
+    std::string chat_template_file;
     void add(CLI::App& app);
     EngineOptions engine_options() const;
 };

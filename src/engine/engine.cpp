@@ -123,7 +123,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOption
     }
     impl->model = Model::load(path, mo);
     impl->tok = std::make_unique<Tokenizer>(impl->model->file());
-    impl->tmpl = chat::ChatTemplate::from_gguf(impl->model->file(), opt.chat_template);
+    impl->tmpl = chat::ChatTemplate::from_gguf(impl->model->file(), opt.chat_template, opt.jinja);
     if (impl->tok->n_vocab() > impl->model->hparams().n_vocab)
         fail(strfmt("%s: tokenizer has %d tokens but the model only %lld embedding rows", path.c_str(),
                     impl->tok->n_vocab(), (long long)impl->model->hparams().n_vocab));
