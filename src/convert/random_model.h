@@ -2,8 +2,9 @@
 // `qinfer convert --random PRESET --outtype q4_k_m OUT.gguf`. Weights follow the
 // reference recipe (reference MANIFEST §3.4: N(0, 1/n_in) matrices, norms near
 // 1, negative ssm_a, dt bias near -1) so activations stay in a sane range, and
-// per-tensor types follow llama.cpp's ftype mixes (type_mix.h). Generation and
-// quantization run on all cores and stream to disk tensor by tensor.
+// per-tensor types follow llama.cpp's ftype mixes (type_mix.h). Generation runs
+// on all cores and streams to disk tensor by tensor; quantized rows are built
+// from pools of pre-quantized blocks (random_model.cpp says why).
 #pragma once
 #include <cstdint>
 #include <functional>
