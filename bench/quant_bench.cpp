@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "common/thread_pool.h"
@@ -31,11 +32,13 @@ struct Weights {
     std::vector<uint8_t> data;
 };
 
+// One matrix (pool) at a time: the pools are large.
 const Weights& weights(GgmlType t, int64_t K, int64_t N, bool rotate) {
-    static std::vector<std::pair<std::tuple<int, int64_t, int64_t, bool>, std::unique_ptr<Weights>>> cache;
+    static std::tuple<int, int64_t, int64_t, bool> cached_key{-1, 0, 0, false};
+    static std::unique_ptr<Weights> cached;
     const auto key = std::make_tuple(int(t), K, N, rotate);
-    for (auto& [k, w] : cache)
-        if (k == key) return *w;
+    if (cached && key == cached_key) return *cached;
+    cached.reset();
     auto w = std::make_unique<Weights>();
     const size_t rb = row_bytes(t, K);
     w->matrix_bytes = rb * size_t(N);
@@ -51,8 +54,9 @@ const Weights& weights(GgmlType t, int64_t K, int64_t N, bool rotate) {
     }
     for (size_t off = 0; off < w->data.size(); off += rb)
         std::memcpy(w->data.data() + off, rows.data() + (off / rb % 64) * rb, rb);
-    cache.emplace_back(key, std::move(w));
-    return *cache.back().second;
+    cached_key = key;
+    cached = std::move(w);
+    return *cached;
 }
 
 ThreadPool& pool(int n) {
