@@ -10,6 +10,7 @@
 // The vocabulary is the reference vocab-qwen3.gguf (151936 tokens, 151387 merges).
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
@@ -150,7 +151,8 @@ struct Fixture {
 Fixture& fixture() {
     static Fixture f = [] {
         Fixture x;
-        x.file = gguf::File::open(std::string(QINFER_REFERENCE_DIR) + "/vocab-qwen3.gguf");
+        const char* dir = std::getenv("QINFER_REFERENCE_DIR");  // override for another machine
+        x.file = gguf::File::open(std::string(dir ? dir : QINFER_REFERENCE_DIR) + "/vocab-qwen3.gguf");
         x.tok = std::make_unique<Tokenizer>(*x.file);
         return x;
     }();

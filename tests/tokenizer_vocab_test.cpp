@@ -160,6 +160,19 @@ TEST(TokenizerVocab, MiniVocabMergesByRank) {
     EXPECT_THROW(tok->decode({-1}), Error);
 }
 
+TEST(TokenizerVocab, DuplicateTextsUseTheLastId) {
+    // llama.cpp's text->id map keeps the last id of a repeated text; merge
+    // results and lookups must agree with it.
+    MiniVocab mv;
+    mv.tokens.push_back("ab");  // 263 repeats 256
+    mv.types.push_back(1);
+    auto tok = load(mv);
+    EXPECT_EQ(tok->find_token("ab"), 263);
+    EXPECT_EQ(tok->encode("ab"), (std::vector<int32_t>{263}));
+    EXPECT_EQ(tok->encode(" abc"), (std::vector<int32_t>{32, 257}));
+    EXPECT_EQ(tok->decode({256, 263}), "abab");
+}
+
 TEST(TokenizerVocab, LoadErrorsAreClear) {
     MiniVocab mv;
     mv.pre = "llama-bpe";

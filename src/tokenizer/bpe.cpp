@@ -31,7 +31,7 @@ uint64_t TextIndex::hash(std::string_view s) {
     }
     if (n) {
         uint64_t w = 0;
-        std::memcpy(&w, p, n);
+        for (size_t k = 0; k < n; ++k) w |= uint64_t(static_cast<unsigned char>(p[k])) << (8 * k);
         h = (h ^ w) * kMul;
         h ^= h >> 29;
     }
@@ -54,13 +54,15 @@ void BpeMerges::build(const int32_t byte_symbols[256], size_t n_symbols, const i
     std::vector<uint32_t> fill(first_.begin(), first_.end() - 1);
     for (size_t r = 0; r < n_merges; ++r)
         if (left[r] >= 0 && right[r] >= 0) entries_[fill[size_t(left[r])]++] = Entry{right[r], int32_t(r), result[r]};
-    // Within a group the entries are in rank order already; a stable sort by
-    // right keeps the lowest rank first among duplicates, which are dropped.
+    // Sort each group by (right, rank); of duplicate pairs the lowest rank
+    // comes first and the others are dropped.
     size_t out = 0;
     for (size_t s = 0; s < n_symbols; ++s) {
         const size_t b = first_[s], e = first_[s + 1];
-        std::stable_sort(entries_.begin() + long(b), entries_.begin() + long(e),
-                         [](const Entry& x, const Entry& y) { return x.right < y.right; });
+        if (e - b > 1)
+            std::sort(entries_.begin() + long(b), entries_.begin() + long(e), [](const Entry& x, const Entry& y) {
+                return x.right != y.right ? x.right < y.right : x.rank < y.rank;
+            });
         first_[s] = uint32_t(out);
         for (size_t i = b; i < e; ++i)
             if (i == b || entries_[i].right != entries_[i - 1].right) entries_[out++] = entries_[i];

@@ -22,10 +22,11 @@ namespace qinfer {
 class TextIndex {
 public:
     void reserve(size_t n);
-    // Inserts or overwrites (the last id wins, as in llama.cpp's text->id map).
+    // Inserts or overwrites (the last id wins, as in llama.cpp's text->id
+    // map); returns false when it overwrote.
     template <class TextOf>
-    void put(std::string_view text, int32_t id, const TextOf& text_of) {
-        put_hashed(hash(text), text, id, text_of);
+    bool put(std::string_view text, int32_t id, const TextOf& text_of) {
+        return put_hashed(hash(text), text, id, text_of);
     }
     template <class TextOf>
     int32_t get(std::string_view text, const TextOf& text_of) const {  // -1 if absent
@@ -33,7 +34,7 @@ public:
     }
     static uint64_t hash(std::string_view s);
     template <class TextOf>
-    void put_hashed(uint64_t h, std::string_view text, int32_t id, const TextOf& text_of);
+    bool put_hashed(uint64_t h, std::string_view text, int32_t id, const TextOf& text_of);
     template <class TextOf>
     int32_t get_hashed(uint64_t h, std::string_view text, const TextOf& text_of) const;
 
@@ -110,13 +111,14 @@ private:
 // ---------------------------------------------------------------- TextIndex templates
 
 template <class TextOf>
-void TextIndex::put_hashed(uint64_t h, std::string_view text, int32_t id, const TextOf& text_of) {
+bool TextIndex::put_hashed(uint64_t h, std::string_view text, int32_t id, const TextOf& text_of) {
     const uint32_t tag = uint32_t(h >> 32);
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
         Slot& s = slots_[i];
-        if (s.id < 0 || (s.tag == tag && text_of(s.id) == text)) {
+        const bool empty = s.id < 0;
+        if (empty || (s.tag == tag && text_of(s.id) == text)) {
             s = Slot{tag, id};
-            return;
+            return empty;
         }
     }
 }

@@ -52,20 +52,19 @@ struct ByteTables {
     int16_t from_cp[0x144];
 };
 
-const ByteTables& byte_tables() {
-    static const ByteTables t = [] {
-        ByteTables bt{};
-        for (auto& v : bt.from_cp) v = -1;
-        uint32_t next = 0x100;
-        for (int b = 0; b < 256; ++b) {
-            bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-            bt.to_cp[b] = printable ? uint32_t(b) : next++;
-            bt.from_cp[bt.to_cp[b]] = int16_t(b);
-        }
-        return bt;
-    }();
-    return t;
+constexpr ByteTables make_byte_tables() {
+    ByteTables bt{};
+    for (auto& v : bt.from_cp) v = -1;
+    uint32_t next = 0x100;
+    for (int b = 0; b < 256; ++b) {
+        const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        bt.to_cp[b] = printable ? uint32_t(b) : next++;
+        bt.from_cp[bt.to_cp[b]] = int16_t(b);
+    }
+    return bt;
 }
+
+constexpr ByteTables kByteTables = make_byte_tables();
 
 }  // namespace
 
@@ -100,8 +99,8 @@ void append_utf8(std::string& out, uint32_t cp) {
     }
 }
 
-uint32_t byte_to_cp(uint8_t b) { return byte_tables().to_cp[b]; }
+uint32_t byte_to_cp(uint8_t b) { return kByteTables.to_cp[b]; }
 
-int cp_to_byte(uint32_t cp) { return cp < 0x144 ? byte_tables().from_cp[cp] : -1; }
+int cp_to_byte(uint32_t cp) { return cp < 0x144 ? kByteTables.from_cp[cp] : -1; }
 
 }  // namespace qinfer::unicode

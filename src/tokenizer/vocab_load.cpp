@@ -110,15 +110,19 @@ void Tokenizer::Impl::load(const gguf::File& f) {
     }
     text_off[size_t(n_vocab)] = uint32_t(text_arena.size());
     index.reserve(size_t(n_vocab));
+    size_t duplicates = 0;
     {
         std::vector<uint64_t> hashes(static_cast<size_t>(n_vocab));
         for (int32_t id = 0; id < n_vocab; ++id) hashes[size_t(id)] = TextIndex::hash(text(id));
         constexpr int32_t kAhead = 16;
         for (int32_t id = 0; id < n_vocab; ++id) {
             if (id + kAhead < n_vocab) index.prefetch(hashes[size_t(id + kAhead)]);
-            index.put_hashed(hashes[size_t(id)], text(id), id, [this](int32_t i) { return text(i); });
+            if (!index.put_hashed(hashes[size_t(id)], text(id), id, [this](int32_t i) { return text(i); }))
+                ++duplicates;
         }
     }
+
+    if (duplicates) warnings.push_back(strfmt("%zu token texts occur more than once (the last id is used)", duplicates));
 
     // ---- token types
     attr.assign(size_t(n_vocab), kAttrNormal);
@@ -175,6 +179,18 @@ void Tokenizer::Impl::load(const gguf::File& f) {
     std::vector<int32_t> mleft(nm, -1), mright(nm, -1), mresult(nm, -1);
     std::vector<uint32_t> msplit(nm, 0);  // position of the separating space; 0 = malformed
     {
+        // Converted vocabularies usually list merge results in rank order
+        // (Qwen: result of merge r = id 256 + r), so the result id is first
+        // guessed from the previous merge and verified against the text; only
+        // a wrong guess costs a hash lookup.
+        // With duplicate token texts the guess could name an id that is not
+        // the one lookup() returns (the last), so then every result is looked up.
+        int64_t offset = -1;  // result id - rank of the last resolved merge; -1 = unknown
+        auto guess_ok = [&](size_t r, std::string_view m, size_t sp) {
+            if (duplicates || offset < 0 || int64_t(r) + offset >= n_vocab) return false;
+            std::string_view t = text(int32_t(int64_t(r) + offset));
+            return t.size() == m.size() - 1 && t.substr(0, sp) == m.substr(0, sp) && t.substr(sp) == m.substr(sp + 1);
+        };
         std::string cat;
         std::string_view q[Impl::kLookupBatch];
         int32_t ids[Impl::kLookupBatch];
@@ -187,6 +203,10 @@ void Tokenizer::Impl::load(const gguf::File& f) {
                 size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
                 if (sp == std::string_view::npos || sp + 1 >= m.size() || sp > UINT32_MAX) continue;
                 msplit[r] = uint32_t(sp);
+                if (guess_ok(r, m, sp)) {
+                    mresult[r] = int32_t(int64_t(r) + offset);
+                    continue;
+                }
                 cat.append(m.data(), sp);
                 cat.append(m.data() + sp + 1, m.size() - sp - 1);
             }
@@ -197,8 +217,10 @@ void Tokenizer::Impl::load(const gguf::File& f) {
                 const size_t sp = msplit[r];
                 q[nq++] = m.substr(0, sp);
                 q[nq++] = m.substr(sp + 1);
-                q[nq++] = std::string_view(cat).substr(at, m.size() - 1);
-                at += m.size() - 1;
+                if (mresult[r] < 0) {
+                    q[nq++] = std::string_view(cat).substr(at, m.size() - 1);
+                    at += m.size() - 1;
+                }
             }
             lookup_batch(q, nq, ids);
             nq = 0;
@@ -206,7 +228,8 @@ void Tokenizer::Impl::load(const gguf::File& f) {
                 if (!msplit[r]) continue;
                 mleft[r] = ids[nq++];
                 mright[r] = ids[nq++];
-                mresult[r] = ids[nq++];
+                if (mresult[r] < 0) mresult[r] = ids[nq++];
+                if (mresult[r] >= 0) offset = int64_t(mresult[r]) - int64_t(r);
             }
         }
     }
