@@ -1,6 +1,7 @@
 // CPU kernel throughput at Qwen3.5-4B shapes (n_embd 2560, n_ff 9216).
 //   matvec (T=1, decode): weight bytes streamed per second ("bytes_per_second");
 //     compare with BM_MemRead, the streaming-read bandwidth of the same machine.
+//   matvec on an L2-resident matrix: the kernel's compute ceiling.
 //   matmul (T=512, prompt processing): GFLOP/s ("flops" counter, 2*K*N*T per call).
 // Weights are rotated through a pool larger than the L3 cache so every matvec
 // reads them from DRAM, as decode does with a real model.
@@ -81,6 +82,21 @@ void BM_Matvec(benchmark::State& st) {
     st.SetLabel(std::string(type_name(t)) + " " + cpu_kernel_isa());
 }
 
+// Same kernel on a matrix that stays in L2: the compute ceiling of the decode
+// kernel, to compare with the DRAM numbers above.
+void BM_MatvecL2(benchmark::State& st) {
+    const auto t = GgmlType(st.range(0));
+    const int64_t K = 2560, N = 64;
+    const Weights& w = weights(t, K, N, false);
+    std::vector<float> x(static_cast<size_t>(K), 0.5f), y(static_cast<size_t>(N));
+    for (auto _ : st) {
+        cpu_matmul(t, w.data.data(), K, N, x.data(), 1, y.data(), N, pool(1));
+        benchmark::DoNotOptimize(y.data());
+    }
+    st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(w.matrix_bytes));
+    st.SetLabel(std::string(type_name(t)) + " " + cpu_kernel_isa());
+}
+
 void BM_Matmul(benchmark::State& st) {
     const auto t = GgmlType(st.range(0));
     const int64_t K = st.range(1), N = st.range(2), T = st.range(3);
@@ -149,4 +165,10 @@ void matmul_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_MemRead)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime();
 BENCHMARK(BM_Memcpy)->UseRealTime();
 BENCHMARK(BM_Matvec)->Apply(matvec_args)->UseRealTime();
+BENCHMARK(BM_MatvecL2)
+    ->Arg(int64_t(GgmlType::Q4_K))
+    ->Arg(int64_t(GgmlType::Q6_K))
+    ->Arg(int64_t(GgmlType::Q8_0))
+    ->Arg(int64_t(GgmlType::F16))
+    ->ArgName("type");
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMillisecond);

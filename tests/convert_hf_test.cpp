@@ -251,6 +251,37 @@ TEST(ConvertSafetensors, ReadsDtypesAndRejectsBadHeaders) {
                "overlap");
 }
 
+// Corrupted files must fail with Error (never crash or read out of bounds):
+// random byte flips over the header and data, and every truncation.
+TEST(ConvertSafetensors, CorruptedFilesFailCleanly) {
+    std::vector<StEntry> ts = {{"model.a", "F32", {4, 8}, rand_values(32, 1.f, 1)},
+                               {"model.b", "BF16", {16}, rand_values(16, 1.f, 2)}};
+    const auto good = encode_st(ts);
+    uint64_t s = 12345;
+    int ok = 0, rejected = 0;
+    for (int iter = 0; iter < 3000; ++iter) {
+        auto b = good;
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        const int flips = 1 + int((s >> 60) & 3);
+        for (int k = 0; k < flips; ++k) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            b[size_t((s >> 33) % b.size())] = uint8_t(s >> 20);
+        }
+        if (iter % 3 == 0) b.resize(size_t((s >> 40) % b.size()));
+        try {
+            convert::SafetensorsFile f(b.data(), b.size(), "fuzz");
+            float buf[32];
+            for (const auto& t : f.tensors())
+                if (convert::st_is_float(t.dtype) && t.n_elements() <= 32) convert::st_read_f32(t, 0, t.n_elements(), buf);
+            ++ok;
+        } catch (const Error&) {
+            ++rejected;
+        }
+    }
+    EXPECT_GT(rejected, 1000);
+    EXPECT_GT(ok, 10);
+}
+
 TEST(ConvertHf, Qwen35LayoutTransformsAndLoad) {
     Hf hf = qwen35_folder();
     std::string dir = write_folder(hf, "q35");

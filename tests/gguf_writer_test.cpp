@@ -196,7 +196,9 @@ TEST(GgufWriter, TensorsRoundTripWithPointersAndProducers) {
             EXPECT_EQ(ti.offset, expect_offset) << ti.name;
             EXPECT_EQ(ti.file_offset % align, 0u);
             expect_offset += (ts[i].nbytes + align - 1) / align * align;
-            if (ti.nbytes) EXPECT_EQ(std::memcmp(ti.data, datas[i].data(), ti.nbytes), 0) << ti.name;
+            if (ti.nbytes) {
+                EXPECT_EQ(std::memcmp(ti.data, datas[i].data(), ti.nbytes), 0) << ti.name;
+            }
         }
         // Canonical: file ends exactly after the last tensor's padding, padding is zero.
         const auto& last = f->tensors().back();
@@ -204,6 +206,10 @@ TEST(GgufWriter, TensorsRoundTripWithPointersAndProducers) {
         auto bytes = test::read_bytes(path);
         for (uint64_t p = last.file_offset + last.nbytes; p < bytes.size(); ++p) ASSERT_EQ(bytes[p], 0);
         EXPECT_EQ(bytes, w.to_bytes());
+        // header_bytes() is exactly what precedes the first tensor's data.
+        auto head = w.header_bytes();
+        ASSERT_EQ(head.size(), f->tensors()[0].file_offset);
+        EXPECT_TRUE(std::equal(head.begin(), head.end(), bytes.begin()));
     }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/run_options.h"
 #include "common/error.h"
 #include "model/model.h"
 
@@ -38,15 +39,18 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 int cmd_logits(int argc, char** argv) {
     CLI::App app{"Write float32 logits [n_ids][n_vocab] for every position of a token id list", "qinfer logits"};
     std::string model_path, ids_str, out_path, kv = "f16";
-    int threads = 0, ctx = 0;
+    int threads = 0, ctx = 0, gpu_layers = 0;
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
+    app.add_option("--gpu-layers,--n-gpu-layers", gpu_layers, "layers on the GPU (-ngl; 99 = all, with head)");
     app.add_option("--ids", ids_str, "comma-separated token ids, run as one prompt")->required();
     app.add_option("-o,--out", out_path, "output file (float32 little-endian)")->required();
     app.add_option("-t,--threads", threads, "CPU threads (default: physical cores)");
     app.add_option("-c,--ctx-size", ctx, "context size (default: number of ids)");
     app.add_option("--kv-type", kv, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
     try {
-        app.parse(argc, argv);
+        std::vector<std::string> storage;
+        std::vector<char*> args = normalize_llama_flags(argc, argv, storage);
+        app.parse(int(args.size()), args.data());
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
@@ -54,6 +58,7 @@ int cmd_logits(int argc, char** argv) {
     const std::vector<int32_t> ids = parse_ids(ids_str);
     ModelOptions opt;
     opt.n_threads = threads;
+    opt.gpu_layers = gpu_layers;
     opt.n_ctx = ctx > 0 ? ctx : int(ids.size());
     opt.n_batch = int(ids.size());
     opt.kv_type = kv == "f32" ? GgmlType::F32 : GgmlType::F16;

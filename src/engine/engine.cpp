@@ -11,6 +11,7 @@
 
 #include "chat/template.h"
 #include "common/error.h"
+#include "engine/batch_step.h"
 #include "engine/sequence.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -91,7 +92,6 @@ struct Engine::Impl {
     chat::ChatTemplate tmpl;
     double load_ms = 0;
     std::mutex mu;
-    std::vector<float> logits;
     // Tokens whose state slot 0 holds, so a follow-up prompt that extends them
     // (the next chat turn) only processes the new part.
     std::vector<int32_t> slot_tokens;
@@ -162,15 +162,12 @@ GenerateResult Engine::generate(const GenerateRequest& req, const GenerateCallba
         m.slot_tokens.clear();
     }
 
-    const int n_batch = model.options().n_batch;
-    Batch batch;
+    BatchStep step(model);
     try {
         while (!seq.done()) {
-            batch.clear();
-            if (seq.add_to_batch(batch, n_batch) == 0) break;
-            model.forward(batch, m.logits);
-            m.slot_tokens.insert(m.slot_tokens.end(), batch.tokens.begin(), batch.tokens.end());
-            if (seq.wants_logits()) seq.on_logits(m.logits.data() + (m.logits.size() - size_t(n_vocab)));
+            if (step.run({&seq}) == 0) break;
+            const Batch& b = step.last_batch();
+            m.slot_tokens.insert(m.slot_tokens.end(), b.tokens.begin(), b.tokens.end());
         }
     } catch (...) {
         // The slot's state is unknown after a failed step: start over next time.

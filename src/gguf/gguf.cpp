@@ -19,7 +19,10 @@ constexpr int kMaxNestedDepth = 8;
 constexpr size_t kMaxTensorName = 63;            // ggml GGML_MAX_NAME (64) includes the NUL
 // Up-front reservations are capped: counts are only bounded by the file size, and a
 // corrupted count in a multi-GB file must not turn into a multi-GB allocation.
+// String arrays get a larger cap: Qwen vocabularies have 150k-250k entries, and
+// growing a vector of views step by step costs more page faults than parsing.
 constexpr uint64_t kMaxReserve = 1u << 16;
+constexpr uint64_t kMaxReserveStrings = 1u << 20;
 
 size_t scalar_size(ValueType t) {
     switch (t) {
@@ -35,9 +38,12 @@ bool valid_value_type(uint32_t t) { return t <= 12; }
 
 // Cursor over one shard's bytes; every read is bounds-checked and failures
 // name the file, the field being read (with the key or tensor it belongs to)
-// and the byte offset.
+// and the byte offset. The context is kept as parts and only formatted on error:
+// a model has hundreds of thousands of strings and thousands of tensors.
 class Reader {
 public:
+    enum class Ctx { None, KeyIndex, Key, TensorIndex, Tensor };
+
     Reader(const uint8_t* data, size_t size, const std::string& name) : d_(data), n_(size), name_(name) {}
 
     [[noreturn]] void error(const std::string& msg, uint64_t at) const {
@@ -45,8 +51,19 @@ public:
     }
     [[noreturn]] void error(const std::string& msg) const { error(msg, pos_); }
 
-    // What is being parsed ("key 'general.name'", "tensor 'blk.0.attn_q.weight'"), for messages.
-    void set_context(std::string ctx) { ctx_ = std::move(ctx); }
+    // What is being parsed, for messages: "key #3", "key 'general.name'", "tensor 'x'".
+    void set_context(Ctx kind, uint64_t index = 0, std::string_view name = {}) {
+        ctx_ = kind, ctx_index_ = index, ctx_name_ = name;
+    }
+    std::string context() const {
+        switch (ctx_) {
+            case Ctx::KeyIndex: return strfmt("key #%llu", (unsigned long long)ctx_index_);
+            case Ctx::Key: return "key '" + std::string(ctx_name_) + "'";
+            case Ctx::TensorIndex: return strfmt("tensor #%llu", (unsigned long long)ctx_index_);
+            case Ctx::Tensor: return "tensor '" + std::string(ctx_name_) + "'";
+            default: return "";
+        }
+    }
 
     size_t pos() const { return pos_; }
     size_t size() const { return n_; }
@@ -54,9 +71,7 @@ public:
     const uint8_t* ptr() const { return d_ + pos_; }
 
     void need(uint64_t bytes, const char* what) {
-        if (bytes > remaining())
-            error(ctx_.empty() ? strfmt("unexpected end of file while reading %s", what)
-                               : strfmt("unexpected end of file while reading %s of %s", what, ctx_.c_str()));
+        if (bytes > remaining()) eof(what);
     }
     template <class T> T read(const char* what) {
         need(sizeof(T), what);
@@ -68,11 +83,7 @@ public:
     std::string_view read_string(const char* what) {
         size_t at = pos_;
         uint64_t len = read<uint64_t>(what);
-        if (len > remaining() || len > kMaxStringLen)
-            error(strfmt("string length %llu of %s%s%s exceeds the %s", (unsigned long long)len, what,
-                         ctx_.empty() ? "" : " of ", ctx_.c_str(),
-                         len > remaining() ? "remaining file size" : "limit of 1 GiB"),
-                  at);
+        if (len > remaining() || len > kMaxStringLen) bad_string(what, len, at);
         std::string_view s(reinterpret_cast<const char*>(d_ + pos_), size_t(len));
         pos_ += size_t(len);
         return s;
@@ -83,11 +94,31 @@ public:
     }
 
 private:
+#if defined(__GNUC__)
+    __attribute__((noinline, cold))
+#endif
+    [[noreturn]] void eof(const char* what) const {
+        std::string ctx = context();
+        error(ctx.empty() ? strfmt("unexpected end of file while reading %s", what)
+                          : strfmt("unexpected end of file while reading %s of %s", what, ctx.c_str()));
+    }
+#if defined(__GNUC__)
+    __attribute__((noinline, cold))
+#endif
+    [[noreturn]] void bad_string(const char* what, uint64_t len, size_t at) const {
+        std::string ctx = context();
+        error(strfmt("string length %llu of %s%s%s exceeds the %s", (unsigned long long)len, what,
+                     ctx.empty() ? "" : " of ", ctx.c_str(), len > remaining() ? "remaining file size" : "limit of 1 GiB"),
+              at);
+    }
+
     const uint8_t* d_;
     size_t n_;
     size_t pos_ = 0;
     const std::string& name_;
-    std::string ctx_;
+    Ctx ctx_ = Ctx::None;
+    uint64_t ctx_index_ = 0;
+    std::string_view ctx_name_;
 };
 
 void read_scalar(Reader& r, ValueType t, Value& v, const std::string& key, std::vector<std::string>& warnings) {
@@ -133,7 +164,7 @@ void read_array(Reader& r, Value& v, const std::string& key, int depth, std::vec
         r.error(strfmt("array '%s' with %llu elements of type %s exceeds the remaining file size", key.c_str(),
                        (unsigned long long)v.count, value_type_name(v.elem_type)), at);
     if (v.elem_type == ValueType::STRING) {
-        v.strings.reserve(size_t(std::min(v.count, kMaxReserve)));
+        v.strings.reserve(size_t(std::min(v.count, kMaxReserveStrings)));
         for (uint64_t k = 0; k < v.count; ++k) v.strings.push_back(r.read_string("array element"));
     } else if (v.elem_type == ValueType::ARRAY) {
         if (depth >= kMaxNestedDepth)
@@ -293,13 +324,13 @@ void File::parse_shard(const uint8_t* data, size_t size, const std::string& name
     uint32_t alignment = 32;
     for (uint64_t k = 0; k < n_kv; ++k) {
         size_t at = r.pos();
-        r.set_context(strfmt("key #%llu", (unsigned long long)k));
+        r.set_context(Reader::Ctx::KeyIndex, k);
         std::string_view key = r.read_string("name");
         if (key.empty()) r.error(strfmt("key #%llu is empty", (unsigned long long)k), at);
         if (!seen_keys.insert(key).second) r.error(strfmt("duplicate key '%.*s'", int(key.size()), key.data()), at);
         KeyValue kv;
         kv.key = std::string(key);
-        r.set_context("key '" + kv.key + "'");
+        r.set_context(Reader::Ctx::Key, k, key);
         size_t tat = r.pos();
         uint32_t vt = r.read<uint32_t>("value type");
         if (!valid_value_type(vt)) r.error(strfmt("key '%s' has invalid value type %u", kv.key.c_str(), vt), tat);
@@ -326,21 +357,24 @@ void File::parse_shard(const uint8_t* data, size_t size, const std::string& name
     if (shard_idx == 0) alignment_ = alignment;
 
     // ---- tensor infos (§6)
-    r.set_context("");
+    r.set_context(Reader::Ctx::None);
     const size_t first_new = tensors_.size();
+    tensors_.reserve(first_new + size_t(std::min(n_tensors, kMaxReserve)));
+    tensor_index_.reserve(first_new + size_t(std::min(n_tensors, kMaxReserve)));
     std::vector<uint64_t> info_at;  // where each info record starts, for messages
     for (uint64_t t = 0; t < n_tensors; ++t) {
         size_t at = r.pos();
         info_at.push_back(at);
-        r.set_context(strfmt("tensor #%llu", (unsigned long long)t));
+        r.set_context(Reader::Ctx::TensorIndex, t);
         TensorInfo ti;
         std::string_view nm = r.read_string("name");
         if (nm.size() > kMaxTensorName)
             r.error(strfmt("tensor name #%llu is too long (%zu >= 64)", (unsigned long long)t, nm.size()), at);
-        if (!seen_tensors_.insert(std::string(nm)).second)
+        // Keyed by the name's bytes in the mapped file, which outlive the parse.
+        if (!tensor_index_.emplace(nm, tensors_.size()).second)
             r.error(strfmt("duplicate tensor name '%.*s'", int(nm.size()), nm.data()), at);
         ti.name = std::string(nm);
-        r.set_context("tensor '" + ti.name + "'");
+        r.set_context(Reader::Ctx::Tensor, t, nm);
         ti.shard = shard_idx;
         size_t dat = r.pos();
         ti.n_dims = r.read<uint32_t>("n_dims");
@@ -383,7 +417,7 @@ void File::parse_shard(const uint8_t* data, size_t size, const std::string& name
                            (unsigned long long)ti.offset, alignment), oat);
         tensors_.push_back(std::move(ti));
     }
-    r.set_context("");
+    r.set_context(Reader::Ctx::None);
 
     // ---- data section (§8): bounds, then canonical layout or at least no overlap
     uint64_t data_start = r.pos();
@@ -425,10 +459,7 @@ void File::parse_shard(const uint8_t* data, size_t size, const std::string& name
 void File::index() {
     kv_index_.clear();
     for (size_t i = 0; i < kvs_.size(); ++i) kv_index_.emplace(kvs_[i].key, i);
-    tensor_index_.clear();
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-        tensor_index_.emplace(tensors_[i].name, i);  // names are unique (checked while parsing)
-    }
+    // tensor_index_ is filled while parsing (duplicate names are rejected there).
 }
 
 const Value* File::find(std::string_view key) const {

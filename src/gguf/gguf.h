@@ -8,7 +8,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "common/mapped_file.h"
@@ -123,8 +122,7 @@ private:
     std::vector<KeyValue> kvs_;
     std::unordered_map<std::string_view, size_t> kv_index_;
     std::vector<TensorInfo> tensors_;
-    std::unordered_map<std::string_view, size_t> tensor_index_;
-    std::unordered_set<std::string> seen_tensors_;  // names across all shards, while parsing
+    std::unordered_map<std::string_view, size_t> tensor_index_;  // views into the mapped files
     std::vector<std::string> warnings_;
 };
 

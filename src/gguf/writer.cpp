@@ -271,10 +271,12 @@ uint64_t Writer::data_size() const {
     return total;
 }
 
-uint64_t Writer::file_size() const {
+uint64_t Writer::file_size() const { return header_bytes().size() + data_size(); }
+
+std::vector<uint8_t> Writer::header_bytes() const {
     std::vector<const Kv*> kvs;
     for (const Kv& kv : kvs_) kvs.push_back(&kv);
-    return header(kvs, 0, tensors_.size()).size() + data_size();
+    return header(kvs, 0, tensors_.size());
 }
 
 // ---------------------------------------------------------------- output

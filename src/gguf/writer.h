@@ -80,6 +80,10 @@ public:
     uint64_t data_size() const;
     // Exact size of the file write() produces.
     uint64_t file_size() const;
+    // What write() emits before the first tensor's bytes: header, metadata, tensor
+    // infos and the padding up to the data section. Lets a tool lay out the data
+    // itself (e.g. a sparse test file: these bytes, then resize to file_size()).
+    std::vector<uint8_t> header_bytes() const;
 
     // Writes the file (via `<path>.tmp`, renamed on success, so a failure never
     // leaves a truncated model behind). Throws Error naming the file.

@@ -50,7 +50,8 @@ private:
     struct PerBackend {
         Scratch s;
         StepInfo step;
-        Tensor ids;      // I32 [n_batch]: token ids (embed backend) / gathered rows (head backend)
+        Tensor ids;      // I32 [n_batch]: token ids (embed backend)
+        Tensor rows;     // I32 [n_batch]: batch rows that get logits (head backend)
         Tensor xo;       // [E, kHeadChunk] rows for the head
         Tensor logits;   // [V, kHeadChunk]
     };
@@ -165,6 +166,7 @@ void TransformerModel::alloc_scratch(int bi, bool attn, bool rec) {
     p.step.seg_t = be.alloc(GgmlType::I32, {4, B}, "segments");
     p.ids = be.alloc(GgmlType::I32, {B}, "ids");
     if (bi == placement_.head) {
+        p.rows = be.alloc(GgmlType::I32, {B}, "logit_rows");
         p.xo = be.alloc(GgmlType::F32, {E, kHeadChunk}, "head_in");
         p.logits = be.alloc(GgmlType::F32, {hp_.n_vocab, kHeadChunk}, "logits");
     }
@@ -221,46 +223,67 @@ void TransformerModel::forward(const Batch& batch, std::vector<float>& logits) {
     const std::vector<StepInfo::Segment> segs = validate(batch);
     const int T = int(batch.size());
     const int64_t V = hp_.n_vocab;
-    if (dumper_) dumper_->begin_call();
-    for (size_t bi = 0; bi < pb_.size(); ++bi)
-        if (used_[bi]) prepare_step(int(bi), batch, segs);
-
-    // Embedding lookup.
-    int cur = placement_.embed;
-    {
-        PerBackend& p = pb_[size_t(cur)];
-        backend(cur).write(p.ids, batch.tokens.data(), size_t(T) * 4);
-        backend(cur).get_rows(token_embd_, view(p.ids, {T}, {}), first_rows(p.s.x, T));
-    }
-    // Layers; the hidden state moves only where the backend changes.
-    for (int il = 0; il < int(hp_.n_layer); ++il) {
-        const int bi = placement_.layer[size_t(il)];
-        if (bi != cur) copy_between(first_rows(pb_[size_t(cur)].s.x, T), first_rows(pb_[size_t(bi)].s.x, T));
-        cur = bi;
-        PerBackend& p = pb_[size_t(bi)];
-        const LayerCtx c{backend(bi), hp_, p.s, p.step, *state_, il, T, dumper_.get()};
-        arch_.forward_layer(c, layers_[size_t(il)]);
-    }
-    const int hb = placement_.head;
-    if (hb != cur) copy_between(first_rows(pb_[size_t(cur)].s.x, T), first_rows(pb_[size_t(hb)].s.x, T));
-
-    // Head on the requested rows only, kHeadChunk rows at a time.
-    std::vector<int32_t> rows;
+    std::vector<int32_t> rows;  // tokens whose logits are wanted
     for (int t = 0; t < T; ++t)
         if (batch.want_logits[size_t(t)]) rows.push_back(t);
-    logits.resize(rows.size() * size_t(V));
-    Backend& be = backend(hb);
-    PerBackend& p = pb_[size_t(hb)];
+    const int64_t n_out = int64_t(rows.size());
+    if (dumper_) dumper_->begin_call();
+
+    // 1. Inputs. Everything that changes from step to step is written before
+    //    the first op, into buffers whose addresses never change.
+    for (size_t bi = 0; bi < pb_.size(); ++bi)
+        if (used_[bi]) prepare_step(int(bi), batch, segs);
+    backend(placement_.embed).write(pb_[size_t(placement_.embed)].ids, batch.tokens.data(), size_t(T) * 4);
+    if (n_out > 0) backend(placement_.head).write(pb_[size_t(placement_.head)].rows, rows.data(), size_t(n_out) * 4);
+
+    // 2. Ops. Each run of consecutive stages on one backend is one step graph
+    //    that the backend may record once per batch shape and replay; only the
+    //    hidden state crosses between runs. No graphs while dumping, or when the
+    //    head needs several chunks (a read inside the step).
+    const bool graphs = !dumper_ && n_out <= kHeadChunk;
+    const uint64_t shape = uint64_t(T) | uint64_t(segs.size()) << 20 | uint64_t(n_out) << 40;
+    int cur = -1, run = 0;
+    bool issue = true;  // false: the backend replays a recording of this run
+    auto enter = [&](int bi) {
+        if (bi == cur) return;
+        if (cur >= 0) {
+            if (graphs) backend(cur).end_graph();
+            copy_between(first_rows(pb_[size_t(cur)].s.x, T), first_rows(pb_[size_t(bi)].s.x, T));
+        }
+        cur = bi;
+        issue = !graphs || backend(bi).begin_graph(shape ^ (uint64_t(run++) << 56));
+    };
+
+    enter(placement_.embed);
+    if (issue) backend(cur).get_rows(token_embd_, view(pb_[size_t(cur)].ids, {T}, {}), first_rows(pb_[size_t(cur)].s.x, T));
+    for (int il = 0; il < int(hp_.n_layer); ++il) {
+        enter(placement_.layer[size_t(il)]);
+        if (!issue) continue;
+        PerBackend& p = pb_[size_t(cur)];
+        const LayerCtx c{backend(cur), hp_, p.s, p.step, *state_, il, T, dumper_.get()};
+        arch_.forward_layer(c, layers_[size_t(il)]);
+    }
+
+    // Head on the requested rows only, kHeadChunk rows at a time.
+    enter(placement_.head);
+    Backend& be = backend(cur);
+    PerBackend& p = pb_[size_t(cur)];
     const Tensor x = first_rows(p.s.x, T);
-    for (size_t r0 = 0; r0 < rows.size(); r0 += size_t(kHeadChunk)) {
-        const int64_t n = std::min<int64_t>(kHeadChunk, int64_t(rows.size() - r0));
+    logits.resize(size_t(n_out * V));
+    for (int64_t r0 = 0; r0 < n_out; r0 += kHeadChunk) {
+        const int64_t n = std::min<int64_t>(kHeadChunk, n_out - r0);
         const Tensor xo = first_rows(p.xo, n), lg = first_rows(p.logits, n);
-        be.write(p.ids, rows.data() + r0, size_t(n) * 4);
-        be.get_rows(x, view(p.ids, {n}, {}), xo);
-        be.rms_norm(xo, output_norm_, hp_.rms_eps, xo);
-        if (dumper_) dumper_->write(-1, "result_norm", xo);
-        be.matmul(output_, xo, lg, &output_b_);
-        be.read(lg, logits.data() + r0 * size_t(V), size_t(n * V) * 4);
+        if (issue) {
+            be.get_rows(x, view(p.rows, {n}, {}, size_t(r0) * 4), xo);
+            be.rms_norm(xo, output_norm_, hp_.rms_eps, xo);
+            if (dumper_) dumper_->write(-1, "result_norm", xo);
+            be.matmul(output_, xo, lg, &output_b_);
+        }
+        if (!graphs) be.read(lg, logits.data() + r0 * V, size_t(n * V) * 4);
+    }
+    if (graphs) {
+        be.end_graph();
+        if (n_out > 0) be.read(p.logits, logits.data(), size_t(n_out * V) * 4);
     }
     for (const StepInfo::Segment& sg : segs) state_->set_length(sg.slot, sg.pos0 + sg.count);
 }
@@ -297,9 +320,21 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     Placement pl;
     pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(n_threads)));
     pl.layer.assign(size_t(hp.n_layer), 0);
-    if (opt.gpu_layers != 0)
-        std::fprintf(stderr, "warning: this build has no GPU backend; running all %lld layers on the CPU\n",
-                     (long long)hp.n_layer);
+    if (opt.gpu_layers != 0) {
+        if (cuda_device_count() > 0) {
+            // -ngl N: the last N layers on the GPU (as llama.cpp); N > n_layer (or
+            // -1) also puts the embedding and the head there, so nothing but token
+            // ids and logits crosses the bus.
+            const int64_t L = hp.n_layer;
+            const int64_t ngl = opt.gpu_layers < 0 ? L + 1 : std::min<int64_t>(opt.gpu_layers, L + 1);
+            pl.backends.push_back(make_cuda_backend(0));
+            for (int64_t il = L - std::min(ngl, L); il < L; ++il) pl.layer[size_t(il)] = 1;
+            if (ngl > L) pl.embed = pl.head = 1;
+        } else {
+            std::fprintf(stderr, "warning: no usable GPU; running all %lld layers on the CPU\n",
+                         (long long)hp.n_layer);
+        }
+    }
     return std::make_unique<TransformerModel>(std::move(file), opt, std::move(pl));
 }
 

@@ -11,20 +11,34 @@ namespace {
 
 // Bytes per batch token of the activation buffers a backend allocates
 // (model.cpp alloc_scratch, model/layers.h Scratch), all f32.
+// One entry per buffer (each its own allocation), in floats (or I32) per token.
 struct ScratchWidths {
-    int64_t base, attention, deltanet;
+    std::vector<int64_t> base, attention, deltanet;
 };
 ScratchWidths scratch_widths(const HParams& hp) {
-    const int64_t Q = hp.n_head * hp.head_dim, G = hp.n_head_kv * hp.head_dim;
+    const int64_t E = hp.n_embd, F = hp.n_ff, Q = hp.n_head * hp.head_dim, G = hp.n_head_kv * hp.head_dim;
+    const bool q35 = hp.arch == Arch::Qwen35;
     ScratchWidths w;
-    w.base = 3 * hp.n_embd + 2 * hp.n_ff;  // x, h, mix, ffn_g, ffn_u
-    // q (qwen35: queries and gate), qn (qwen35), k, v, att
-    w.attention = (hp.arch == Arch::Qwen35 ? 3 * Q : Q) + 2 * G + Q;
-    // qkv, conv, z, o, y, a, b
-    w.deltanet = hp.arch == Arch::Qwen35 ? 2 * hp.ssm_conv_channels() + 3 * hp.ssm_inner + 2 * hp.ssm_v_heads : 0;
+    w.base = {E, E, E, F, F, 1, 1, 1, 4};  // x, h, mix, ffn_g, ffn_u; I32 pos, slot, ids, segments[4]
+    w.attention = {q35 ? 2 * Q : Q, G, G, Q};  // q (qwen35: queries | gate), k, v, att
+    if (q35) w.attention.push_back(Q);         // qn
+    if (q35) {
+        const int64_t C = hp.ssm_conv_channels(), Dv = hp.ssm_inner, Hv = hp.ssm_v_heads;
+        w.deltanet = {C, C, Dv, Dv, Dv, Hv, Hv};  // qkv, conv, z, o, y, a, b
+    }
     return w;
 }
-constexpr int64_t kStepI32PerToken = 7;  // pos, slot, ids, 4 segment fields (I32 [n_batch] each)
+
+// Exact bytes and the GPU's allocation rounding of a set of [width, B] 4-byte buffers.
+void buffer_set(const std::vector<int64_t>& widths, uint64_t B, const ComputeModel& cm, uint64_t* bytes,
+                uint64_t* padding) {
+    *bytes = *padding = 0;
+    for (int64_t w : widths) {
+        const uint64_t b = 4 * uint64_t(w) * B;
+        *bytes += b;
+        *padding += cm.gpu_alloc(b) - b;
+    }
+}
 
 void check_options(const PlanOptions& o) {
     if (o.n_ctx < 1) fail(strfmt("plan: context size must be at least 1 (got %lld)", (long long)o.n_ctx));
@@ -42,8 +56,15 @@ uint64_t add_sat(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MA
 
 uint64_t DeviceBytes::total() const {
     uint64_t t = 0;
-    for (uint64_t b : {weights, kv_cache, recurrent_state, scratch, logits, workspace, runtime}) t = add_sat(t, b);
+    for (uint64_t b : {weights, kv_cache, recurrent_state, scratch, logits, workspace, runtime, padding})
+        t = add_sat(t, b);
     return t;
+}
+
+uint64_t ComputeModel::gpu_alloc(uint64_t bytes) const {
+    if (alloc_granularity == 0 || bytes <= alloc_small_limit) return bytes;
+    const uint64_t r = bytes % alloc_granularity;
+    return r == 0 || bytes > UINT64_MAX - alloc_granularity ? bytes : bytes + (alloc_granularity - r);
 }
 
 uint64_t MemoryPlan::layer_weight_bytes() const {
@@ -85,12 +106,15 @@ MemoryPlan plan_memory(const ModelDesc& model, const PlanOptions& opt) {
         if (il >= 0 && il < hp.n_layer) {
             LayerPlan& l = p.layers[size_t(il)];
             l.weight_bytes += t.nbytes;
+            l.weight_padding += opt.compute.gpu_alloc(t.nbytes) - t.nbytes;
             if (t.ne[1] > 1) l.widest_input = std::max(l.widest_input, t.ne[0]);
         } else if (t.name == "token_embd.weight") {
             p.token_embd_bytes = t.nbytes;
+            p.head_padding += opt.compute.gpu_alloc(t.nbytes) - t.nbytes;
             have_embd = true;
         } else if (t.name == "output.weight") {
             p.output_bytes = t.nbytes;
+            p.head_padding += opt.compute.gpu_alloc(t.nbytes) - t.nbytes;
         } else if (t.name == "output_norm.weight") {
             p.output_norm_bytes = t.nbytes;
         } else {
@@ -103,16 +127,22 @@ MemoryPlan plan_memory(const ModelDesc& model, const PlanOptions& opt) {
     p.kv_bytes_per_token = ss.kv_bytes_per_token;
     p.recurrent_bytes_per_seq = ss.recurrent_bytes_per_seq;
     const uint64_t B = uint64_t(opt.n_batch);
+    const ComputeModel& cm = opt.compute;
     const ScratchWidths w = scratch_widths(hp);
-    p.scratch_base_bytes = 4 * B * uint64_t(w.base + kStepI32PerToken);
-    p.scratch_attention_bytes = 4 * B * uint64_t(w.attention);
-    p.scratch_deltanet_bytes = 4 * B * uint64_t(w.deltanet);
-    p.head_buffer_bytes = 4 * uint64_t(hp.n_embd + hp.n_vocab) * uint64_t(opt.compute.head_chunk_rows);
+    buffer_set(w.base, B, cm, &p.scratch_base_bytes, &p.scratch_base_padding);
+    buffer_set(w.attention, B, cm, &p.scratch_attention_bytes, &p.scratch_attention_padding);
+    buffer_set(w.deltanet, B, cm, &p.scratch_deltanet_bytes, &p.scratch_deltanet_padding);
+    uint64_t head_pad = 0;
+    buffer_set({hp.n_embd, hp.n_vocab}, uint64_t(cm.head_chunk_rows), cm, &p.head_buffer_bytes, &head_pad);
+    p.head_padding += head_pad;
     const int64_t rows = opt.compute.logit_rows < 0 ? opt.n_slots : opt.compute.logit_rows;
     p.logit_bytes = 4 * uint64_t(hp.n_vocab) * uint64_t(rows);
     // Decode attention over long caches is split into up to 32 key ranges, each
     // leaving (d + 2) floats per head and token, for up to 4 tokens.
-    p.attention_split_bytes = 4 * uint64_t(4 * hp.n_head * 32 * (hp.head_dim + 2));
+    p.attention_split_bytes = cm.gpu_alloc(4 * uint64_t(4 * hp.n_head * 32 * (hp.head_dim + 2)));
+    int64_t widest = hp.n_embd;
+    for (const LayerPlan& l : p.layers) widest = std::max(widest, l.widest_input);
+    p.act_scratch_bytes = cm.act_scratch ? 2 * cm.gpu_alloc(2 * uint64_t(widest) * B) : 0;
     return p;
 }
 
@@ -128,7 +158,15 @@ Split MemoryPlan::split(int gpu_layers, int64_t n_ctx) const {
     s.head_on_gpu = s.embed_on_gpu = head_on_gpu(L, s.gpu_layers);
     const uint64_t slots = uint64_t(opt.n_slots);
 
-    int64_t widest_gpu_input = 0;
+    const ComputeModel& cm = opt.compute;
+    // K and V are one allocation each per attention layer; conv and S per DeltaNet layer.
+    uint64_t kv_token_layer = 0;
+    for (const LayerPlan& l : layers) kv_token_layer = std::max(kv_token_layer, l.kv_bytes_per_token);
+    const uint64_t kv_half = mul_sat(mul_sat(kv_token_layer / 2, uint64_t(n_ctx)), slots);
+    const uint64_t kv_pad = 2 * (cm.gpu_alloc(kv_half) - kv_half);
+    const uint64_t conv_b = 4 * uint64_t(std::max<int64_t>(hp.ssm_conv_kernel - 1, 0) * hp.ssm_conv_channels()) * slots;
+    const uint64_t S_b = 4 * uint64_t(hp.ssm_v_heads * hp.ssm_state * hp.ssm_state) * slots;
+    const uint64_t rs_pad = (cm.gpu_alloc(conv_b) - conv_b) + (cm.gpu_alloc(S_b) - S_b);
     bool attn[2] = {false, false}, rec[2] = {false, false};  // [host, gpu]
     for (const LayerPlan& l : layers) {
         const bool g = layer_on_gpu(L, s.gpu_layers, l.index);
@@ -138,7 +176,7 @@ Split MemoryPlan::split(int gpu_layers, int64_t n_ctx) const {
         d.recurrent_state += l.state_bytes_per_seq * slots;
         (l.recurrent ? rec : attn)[g] = true;
         if (g) {
-            widest_gpu_input = std::max(widest_gpu_input, l.widest_input);
+            s.gpu.padding = add_sat(s.gpu.padding, l.weight_padding + (l.recurrent ? rs_pad : kv_pad));
             (l.recurrent ? s.gpu_recurrent_layers : s.gpu_attention_layers) += 1;
         }
     }
@@ -147,6 +185,7 @@ Split MemoryPlan::split(int gpu_layers, int64_t n_ctx) const {
     DeviceBytes& head = s.head_on_gpu ? s.gpu : s.host;
     head.weights += token_embd_bytes + output_bytes + output_norm_bytes;
     head.logits += head_buffer_bytes;
+    if (s.head_on_gpu) s.gpu.padding += head_padding;
     s.host.logits += logit_bytes;  // returned to the caller
 
     // Every backend that runs a layer, the embedding or the head allocates the
@@ -157,13 +196,14 @@ Split MemoryPlan::split(int gpu_layers, int64_t n_ctx) const {
         if (!used) continue;
         d.scratch += scratch_base_bytes + (attn[g] ? scratch_attention_bytes : 0) +
                      (rec[g] ? scratch_deltanet_bytes : 0);
+        if (g)
+            d.padding += scratch_base_padding + (attn[g] ? scratch_attention_padding : 0) +
+                         (rec[g] ? scratch_deltanet_padding : 0);
     }
     if (s.gpu_layers > 0) {
-        s.gpu.workspace = opt.compute.cublas_bytes + (attn[1] ? attention_split_bytes : 0);
-        if (opt.compute.act_scratch)
-            s.gpu.workspace += 2 * 2 * uint64_t(std::max(widest_gpu_input, hp.n_embd)) * uint64_t(opt.n_batch);
-        s.gpu.runtime = opt.compute.cuda_context_bytes;
-        s.host.runtime = opt.compute.host_staging_bytes;
+        s.gpu.workspace = cm.cublas_bytes + (attn[1] ? attention_split_bytes : 0) + act_scratch_bytes;
+        s.gpu.runtime = cm.cuda_context_bytes;
+        s.host.runtime = cm.host_staging_bytes;
     }
     return s;
 }
@@ -216,6 +256,12 @@ ContextFit max_context_fit(const MemoryPlan& plan, int gpu_layers, uint64_t free
     }
     if (host_bytes > 0) limit(s0.host.total(), s1.host.kv_cache - s0.host.kv_cache, host_bytes, "host");
     if (fit.limited_by[0] != 't') fit.n_ctx = fit.n_ctx / 256 * 256;  // llama.cpp's granularity
+    // Allocation rounding makes KV slightly more than linear: step back until it fits.
+    const uint64_t vram = s0.gpu.total() > 0 ? free_vram_bytes : UINT64_MAX;
+    while (fit.n_ctx > 0 && !split_fits(plan.split(gpu_layers, fit.n_ctx), vram, safety_margin, host_bytes)) {
+        fit.n_ctx = fit.n_ctx > 256 ? (fit.n_ctx - 1) / 256 * 256 : 0;
+        if (fit.limited_by[0] == 't') fit.limited_by = s0.gpu.total() > 0 ? "gpu" : "host";
+    }
     return fit;
 }
 

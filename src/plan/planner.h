@@ -57,6 +57,13 @@ struct ComputeModel {
     bool act_scratch = true;
     // Pinned host buffers for weight uploads (3 x 32 MiB in the CUDA backend).
     uint64_t host_staging_bytes = 96 * kMiB;
+    // cudaMalloc rounds an allocation above 1 MiB up to a multiple of 2 MiB
+    // (measured on the H200: 1474560 B takes 2 MiB, 11796480 B takes 12 MiB);
+    // smaller ones share pooled pages. Every GPU tensor is one allocation, so
+    // this adds 150-200 MiB for a 4B model. 0 turns the rounding off.
+    uint64_t alloc_granularity = 2 * kMiB;
+    uint64_t alloc_small_limit = kMiB;
+    uint64_t gpu_alloc(uint64_t bytes) const;  // bytes one allocation takes on the GPU
 };
 
 struct PlanOptions {
@@ -74,6 +81,7 @@ struct LayerPlan {
     uint64_t kv_bytes_per_token = 0;   // attention layers: K + V of one token, one sequence
     uint64_t state_bytes_per_seq = 0;  // DeltaNet layers: conv + recurrent S (f32)
     int64_t widest_input = 0;          // largest ne[0] of its 2-D tensors (matmul K)
+    uint64_t weight_padding = 0;       // GPU: allocation rounding of its tensors
 };
 
 // Bytes on one device for one split and context.
@@ -85,6 +93,7 @@ struct DeviceBytes {
     uint64_t logits = 0;     // head buffers (head device), logits returned (host)
     uint64_t workspace = 0;  // cuBLAS, matmul input scratch, attention split scratch (GPU)
     uint64_t runtime = 0;    // CUDA context (GPU), pinned upload staging (host)
+    uint64_t padding = 0;    // GPU: cudaMalloc rounding of all the above
     uint64_t total() const;  // saturates instead of wrapping
 };
 
@@ -119,6 +128,10 @@ struct MemoryPlan {
     uint64_t head_buffer_bytes = 0;
     uint64_t logit_bytes = 0;              // logits returned by one forward call (host)
     uint64_t attention_split_bytes = 0;    // GPU decode attention partial results
+    // GPU allocation rounding of the buffer sets above and of the global tensors.
+    uint64_t scratch_base_padding = 0, scratch_attention_padding = 0, scratch_deltanet_padding = 0;
+    uint64_t head_padding = 0;             // token_embd, output, output_norm and head buffers
+    uint64_t act_scratch_bytes = 0;        // GPU matmul input scratch (both buffers, allocated size)
 
     uint64_t layer_weight_bytes() const;   // sum over main layers
     uint64_t weight_bytes() const;         // everything the engine loads

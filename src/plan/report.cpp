@@ -47,7 +47,7 @@ std::string lower_type(GgmlType t) {
 nlohmann::ordered_json device_json(const DeviceBytes& d) {
     return {{"weights", d.weights},     {"kv_cache", d.kv_cache}, {"recurrent_state", d.recurrent_state},
             {"scratch", d.scratch},     {"logits", d.logits},     {"workspace", d.workspace},
-            {"runtime", d.runtime},     {"total", d.total()}};
+            {"runtime", d.runtime},     {"alloc_padding", d.padding}, {"total", d.total()}};
 }
 
 struct KindStats {
@@ -143,7 +143,9 @@ nlohmann::ordered_json report_json(const PlanReport& r) {
           {"cublas_bytes", p.opt.compute.cublas_bytes},
           {"act_scratch", p.opt.compute.act_scratch},
           {"cuda_context_bytes", p.opt.compute.cuda_context_bytes},
-          {"host_staging_bytes", p.opt.compute.host_staging_bytes}}},
+          {"host_staging_bytes", p.opt.compute.host_staging_bytes},
+          {"alloc_granularity", p.opt.compute.alloc_granularity},
+          {"alloc_small_limit", p.opt.compute.alloc_small_limit}}},
         {"warnings", r.warnings},
         {"layers", layers},
     };
@@ -245,6 +247,7 @@ std::string report_text(const PlanReport& r, bool per_layer) {
     row("head buffers / logits", s.gpu.logits, s.host.logits);
     row("cuBLAS, matmul + attention scratch", s.gpu.workspace, s.host.workspace);
     row("CUDA context / pinned staging", s.gpu.runtime, s.host.runtime);
+    row("cudaMalloc rounding (2 MiB pages)", s.gpu.padding, s.host.padding);
     row("total", s.gpu.total(), s.host.total());
 
     if (r.max_ctx.n_ctx > 0)

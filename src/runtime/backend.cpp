@@ -92,3 +92,29 @@ void copy_between(const Tensor& src, const Tensor& dst) {
 }
 
 }  // namespace qinfer
+
+namespace qinfer {
+
+void Backend::argmax(const Tensor& logits, const Tensor& ids) {
+    const int64_t V = logits.ne[0], T = logits.ne[1];
+    if (ids.type != GgmlType::I32 || ids.ne[0] < T || logits.type != GgmlType::F32)
+        fail(strfmt("argmax: logits %s / ids %s do not fit", shape_str(logits).c_str(), shape_str(ids).c_str()));
+    std::vector<float> row(static_cast<size_t>(V));
+    std::vector<int32_t> out(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+        read(logits, row.data(), size_t(V) * 4, size_t(t) * logits.nb[1]);
+        int64_t best = 0;
+        for (int64_t i = 1; i < V; ++i)
+            if (row[size_t(i)] > row[size_t(best)]) best = i;
+        out[size_t(t)] = int32_t(best);
+    }
+    write(ids, out.data(), size_t(T) * 4);
+    synchronize();
+}
+
+#ifndef QINFER_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend(int) { fail("this build has no CUDA backend (configure with -DQINFER_CUDA=ON)"); }
+int cuda_device_count() { return 0; }
+#endif
+
+}  // namespace qinfer

@@ -164,6 +164,23 @@ public:
     // ---- state slots (contiguous byte ranges of a state tensor)
     // Copies `bytes` bytes within one tensor's buffer: dst_offset <- src_offset.
     virtual void copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offset, size_t bytes) = 0;
+
+    // ---- optional, for fast decode (the defaults run every op as issued)
+    // ids[t] = argmax of logits[:, t], lowest index on ties. logits f32 [V, T],
+    // ids I32 [T], both on this backend: a greedy step then copies back one id
+    // per token instead of V floats.
+    virtual void argmax(const Tensor& logits, const Tensor& ids);
+    // Step graphs. The ops issued between begin_graph(key) and end_graph() form
+    // one step that a backend may record once and replay. begin_graph returns
+    // false when a recording for `key` exists: the caller then skips issuing the
+    // ops, and end_graph() replays it (either way the step has been enqueued when
+    // end_graph returns). Rules for the caller: between the two calls issue ops
+    // only (no write/read/alloc); every value that changes between steps must
+    // come from tensors on this backend whose addresses never change (token ids,
+    // StepInfo tensors, written before begin_graph); `key` identifies the rest
+    // (token count, segment count, which rows get logits).
+    virtual bool begin_graph(uint64_t key) { (void)key; return true; }
+    virtual void end_graph() {}
 };
 
 // Copies the contiguous tensor src to dst, which may live on another backend
@@ -174,5 +191,11 @@ void copy_between(const Tensor& src, const Tensor& dst);
 // instances may share one thread pool (pass the same pool).
 class ThreadPool;
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<ThreadPool> pool);
+
+// The CUDA backend (runtime/cuda) on GPU `device`. Throws Error when the build
+// has no CUDA or no usable GPU is present.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+// Number of usable CUDA devices (0 without CUDA or without a GPU); never throws.
+int cuda_device_count();
 
 }  // namespace qinfer

@@ -19,8 +19,10 @@ enum : uint8_t {
     kWhitespace = 16, // \s = Unicode White_Space
 };
 
-// Class bits of a code point (Unicode 15.0 categories from utf8proc; the
-// White_Space list is fixed in code). Anything else -- punctuation, symbols,
+// Class bits of a code point: general categories from the installed utf8proc
+// (Unicode 15.0 with Debian 12's utf8proc 2.8; llama.cpp's own tables may be
+// newer, which only matters for code points assigned since), the White_Space
+// list fixed in code. Anything else -- punctuation, symbols,
 // controls, format characters, unassigned -- is just kValid ("other").
 uint8_t cp_flags(uint32_t cp);
 

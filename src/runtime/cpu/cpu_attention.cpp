@@ -1,5 +1,12 @@
 // Causal GQA attention over the KV cache (spec/models.md §2.4). f32 scores and
 // softmax whatever the cache type (spec pitfall 10).
+//
+// Work split: each (token, kv head) is cut into fixed chunks of cached
+// positions; a task computes, for the `group` query heads sharing that kv head,
+// the chunk's running max, exp-sum and weighted V sum, and a second pass merges
+// the chunks (as flash-decoding does). A single decode token thus still spreads
+// over all threads, every cached K/V row is converted from f16 once per group,
+// and since the chunking is fixed the result does not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -7,29 +14,17 @@
 #include "common/error.h"
 #include "common/fp16.h"
 #include "runtime/cpu/cpu_backend.h"
-#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/cpu_vec.h"
 
 namespace qinfer {
 
 namespace {
-void store_row(GgmlType type, const float* src, void* dst, int64_t n) {
-    if (type == GgmlType::F32) {
-        std::copy(src, src + n, static_cast<float*>(dst));
-    } else {
-        uint16_t* d = static_cast<uint16_t*>(dst);
-        for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
-    }
-}
+constexpr int64_t kChunk = 256;  // cached positions per task
 
-void load_row(GgmlType type, const void* src, float* dst, int64_t n) {
-    if (type == GgmlType::F32) {
-        const float* s = static_cast<const float*>(src);
-        std::copy(s, s + n, dst);
-    } else {
-        const uint16_t* s = static_cast<const uint16_t*>(src);
-        for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
-    }
-}
+struct Task {
+    int64_t t, g, j0, j1;  // token, kv head, position range
+    size_t part;           // offset of its partial results
+};
 }  // namespace
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const KvCache& cache,
@@ -40,10 +35,13 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     const Tensor& V = cache.v;
     if (T != step.n_tokens || k.ne[0] != d || v.ne[0] != d || v.ne[1] != n_kv || k.ne[2] != T || v.ne[2] != T ||
         K.ne[0] != d || K.ne[1] != n_kv || n_head % n_kv != 0 || out.ne[0] != d || out.ne[1] != n_head ||
-        out.ne[2] != T)
-        fail(strfmt("attention: q %s, k %s, v %s, cache %s, out %s do not fit", shape_str(q).c_str(),
-                    shape_str(k).c_str(), shape_str(v).c_str(), shape_str(K).c_str(), shape_str(out).c_str()));
+        out.ne[2] != T || K.type != V.type || (K.type != GgmlType::F32 && K.type != GgmlType::F16))
+        fail(strfmt("attention: q %s, k %s, v %s, cache %s %s, out %s do not fit", shape_str(q).c_str(),
+                    shape_str(k).c_str(), shape_str(v).c_str(), type_name(K.type), shape_str(K).c_str(),
+                    shape_str(out).c_str()));
     const int64_t group = n_head / n_kv;
+    const bool f16 = K.type == GgmlType::F16;
+    const cpu::VecOps& vo = cpu::vec();
 
     // 1. Append this step's keys and values to the cache.
     for (int64_t t = 0; t < T; ++t) {
@@ -51,48 +49,85 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
         if (p < 0 || p >= K.ne[2] || s < 0 || s >= K.ne[3])
             fail(strfmt("attention: position %d / slot %d outside the cache %s", p, s, shape_str(K).c_str()));
         for (int64_t g = 0; g < n_kv; ++g) {
-            store_row(K.type, k.row<float>(g, t), K.row<void>(g, p, s), d);
-            store_row(V.type, v.row<float>(g, t), V.row<void>(g, p, s), d);
+            if (f16) {
+                vo.to_f16(k.row<float>(g, t), K.row<uint16_t>(g, p, s), d);
+                vo.to_f16(v.row<float>(g, t), V.row<uint16_t>(g, p, s), d);
+            } else {
+                std::copy_n(k.row<float>(g, t), d, K.row<float>(g, p, s));
+                std::copy_n(v.row<float>(g, t), d, V.row<float>(g, p, s));
+            }
         }
     }
 
-    // 2. One task per (token, kv head): each cached K/V row is converted once
-    //    and used by all `group` query heads that share it.
-    parallel_rows(T * n_kv, 1, [&](int64_t i0, int64_t i1) {
-        std::vector<float> krow(static_cast<size_t>(d)), vrow(static_cast<size_t>(d)), acc(static_cast<size_t>(group * d));
-        std::vector<float> scores;
+    // 2. Chunk tasks. Partial result per task and query head: max, sum, acc[d].
+    const size_t part_size = size_t(group * (d + 2));
+    std::vector<Task> tasks;
+    for (int64_t t = 0; t < T; ++t) {
+        const int64_t n = int64_t(step.pos[size_t(t)]) + 1;
+        for (int64_t g = 0; g < n_kv; ++g)
+            for (int64_t j0 = 0; j0 < n; j0 += kChunk) tasks.push_back({t, g, j0, std::min(n, j0 + kChunk), 0});
+    }
+    for (size_t i = 0; i < tasks.size(); ++i) tasks[i].part = i * part_size;
+    std::vector<float> parts(tasks.size() * part_size);
+
+    parallel_rows(int64_t(tasks.size()), 1, [&](int64_t i0, int64_t i1) {
+        std::vector<float> sc(size_t(group * kChunk));
         for (int64_t i = i0; i < i1; ++i) {
-            const int64_t t = i / n_kv, g = i % n_kv;
-            const int32_t s = step.slot[size_t(t)];
-            const int64_t n = int64_t(step.pos[size_t(t)]) + 1;
-            scores.resize(size_t(group * n));
+            const Task& tk = tasks[size_t(i)];
+            const int32_t s = step.slot[size_t(tk.t)];
+            const int64_t n = tk.j1 - tk.j0;
             for (int64_t j = 0; j < n; ++j) {
-                load_row(K.type, K.row<void>(g, j, s), krow.data(), d);
-                for (int64_t h = 0; h < group; ++h)
-                    scores[size_t(h * n + j)] = scale * cpu::dot(q.row<float>(g * group + h, t), krow.data(), d);
-            }
-            for (int64_t h = 0; h < group; ++h) {
-                float* sc = &scores[size_t(h * n)];
-                const float mx = *std::max_element(sc, sc + n);
-                double sum = 0;
-                for (int64_t j = 0; j < n; ++j) {
-                    sc[j] = std::exp(sc[j] - mx);
-                    sum += sc[j];
-                }
-                const float inv = float(1.0 / sum);
-                for (int64_t j = 0; j < n; ++j) sc[j] *= inv;
-            }
-            std::fill(acc.begin(), acc.end(), 0.f);
-            for (int64_t j = 0; j < n; ++j) {
-                load_row(V.type, V.row<void>(g, j, s), vrow.data(), d);
+                const void* kr = K.row<void>(tk.g, tk.j0 + j, s);
                 for (int64_t h = 0; h < group; ++h) {
-                    const float w = scores[size_t(h * n + j)];
-                    float* a = &acc[size_t(h * d)];
-                    for (int64_t e = 0; e < d; ++e) a[e] += w * vrow[size_t(e)];
+                    const float* qh = q.row<float>(tk.g * group + h, tk.t);
+                    sc[size_t(h * kChunk + j)] = scale * (f16 ? vo.dot_f16(static_cast<const uint16_t*>(kr), qh, d)
+                                                               : vo.dot(static_cast<const float*>(kr), qh, d));
                 }
             }
-            for (int64_t h = 0; h < group; ++h)
-                std::copy(&acc[size_t(h * d)], &acc[size_t(h * d)] + d, out.row<float>(g * group + h, t));
+            float* part = &parts[tk.part];
+            for (int64_t h = 0; h < group; ++h) {
+                float* sh = &sc[size_t(h * kChunk)];
+                const float mx = *std::max_element(sh, sh + n);
+                float sum = 0;
+                for (int64_t j = 0; j < n; ++j) sum += (sh[j] = std::exp(sh[j] - mx));
+                float* ph = part + h * (d + 2);
+                ph[0] = mx;
+                ph[1] = sum;
+                std::fill(ph + 2, ph + 2 + d, 0.f);
+            }
+            for (int64_t j = 0; j < n; ++j) {
+                const void* vr = V.row<void>(tk.g, tk.j0 + j, s);
+                for (int64_t h = 0; h < group; ++h) {
+                    float* acc = part + h * (d + 2) + 2;
+                    const float w = sc[size_t(h * kChunk + j)];
+                    if (f16) vo.axpy_f16(w, static_cast<const uint16_t*>(vr), acc, d);
+                    else vo.axpy(w, static_cast<const float*>(vr), acc, d);
+                }
+            }
+        }
+    });
+
+    // 3. Merge the chunks of every (token, query head), in chunk order.
+    std::vector<size_t> first(size_t(T * n_kv) + 1, 0);
+    for (size_t i = 0; i < tasks.size(); ++i) first[size_t(tasks[i].t * n_kv + tasks[i].g) + 1] = i + 1;
+    for (size_t i = 1; i < first.size(); ++i) first[i] = std::max(first[i], first[i - 1]);
+    parallel_rows(T * n_head, 4, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t t = r / n_head, h = r % n_head, g = h / group, hh = h % group;
+            const size_t c0 = first[size_t(t * n_kv + g)], c1 = first[size_t(t * n_kv + g) + 1];
+            float mx = -INFINITY;
+            for (size_t c = c0; c < c1; ++c) mx = std::max(mx, parts[tasks[c].part + size_t(hh * (d + 2))]);
+            float* o = out.row<float>(h, t);
+            std::fill(o, o + d, 0.f);
+            double sum = 0;
+            for (size_t c = c0; c < c1; ++c) {
+                const float* ph = &parts[tasks[c].part + size_t(hh * (d + 2))];
+                const float w = std::exp(ph[0] - mx);
+                sum += double(ph[1]) * w;
+                vo.axpy(w, ph + 2, o, d);
+            }
+            const float inv = float(1.0 / sum);
+            for (int64_t e = 0; e < d; ++e) o[e] *= inv;
         }
     });
 }

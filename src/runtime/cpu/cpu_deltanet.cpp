@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/cpu_vec.h"
 
 namespace qinfer {
 
@@ -53,6 +54,7 @@ void CpuBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor
     const float* A = static_cast<const float*>(ssm_a.data);
     const float scale = 1.f / std::sqrt(float(dk));
     const int64_t n_seg = int64_t(step.segments.size());
+    const cpu::VecOps& vo = cpu::vec();
 
     parallel_rows(n_seg * Hv, 1, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
@@ -69,20 +71,11 @@ void CpuBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor
                 float* ot = out.row<float>(j, t);
                 for (int64_t r = 0; r < dv; ++r) {
                     float* Sr = Sj + r * dk;
-                    // decay first, then S k with the decayed state
-                    float sk = 0;
-                    for (int64_t c = 0; c < dk; ++c) {
-                        Sr[c] *= alpha;
-                        sk += Sr[c] * kt[c];
-                    }
+                    // decay first; S k uses the decayed state
+                    const float sk = vo.scale_dot(Sr, alpha, kt, dk);
                     const float delta = beta * (vt[r] - sk);
-                    // rank-1 update, then read out with the updated state
-                    float o = 0;
-                    for (int64_t c = 0; c < dk; ++c) {
-                        Sr[c] += delta * kt[c];
-                        o += Sr[c] * qt[c];
-                    }
-                    ot[r] = o * scale;
+                    // rank-1 update; the read-out uses the updated state
+                    ot[r] = vo.axpy_dot(Sr, delta, kt, qt, dk) * scale;
                 }
             }
         }

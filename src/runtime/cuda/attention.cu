@@ -1,0 +1,126 @@
+// Causal GQA attention over the KV cache (spec/models.md §2.4): f32 scores and
+// softmax whatever the cache type, as the CPU backend.
+//
+// Decode (few tokens): one block per (kv head, token, split of the key range)
+// serves all query heads of the group, so every cached K/V byte is read once
+// per token; long contexts are split over the key range (flash-decoding) and
+// the partial softmax states are merged by a second kernel. The split count
+// depends only on the cache capacity, never on the current length, so a
+// captured decode step stays valid as the context grows.
+#include "common/error.h"
+#include "runtime/cuda/attention_impl.cuh"
+#include "runtime/cuda/kernels.h"
+
+namespace qinfer::cuda {
+
+namespace {
+
+template <typename KT>
+__global__ void kv_store_kernel(Rows k, Rows v, KT* __restrict__ K, KT* __restrict__ V, int64_t d, int64_t n_kv,
+                                int64_t n_ctx, const int32_t* __restrict__ pos, const int32_t* __restrict__ slot) {
+    const int64_t t = blockIdx.y;
+    const int64_t p = pos[t], s = slot[t];
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_kv * d; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t g = i / d, e = i % d;
+        const int64_t off = ((s * n_ctx + p) * n_kv + g) * d + e;
+        const float kv = k.data[g * k.s1 + t * k.s2 + e];
+        const float vv = v.data[g * v.s1 + t * v.s2 + e];
+        if constexpr (sizeof(KT) == 2) {
+            K[off] = __float2half_rn(kv);
+            V[off] = __float2half_rn(vv);
+        } else {
+            K[off] = kv;
+            V[off] = vv;
+        }
+    }
+}
+
+}  // namespace
+
+void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, cudaStream_t s) {
+    if (T == 0) return;
+    const dim3 grid(unsigned(ceil_div(kv.n_kv * kv.d, 256)), unsigned(T));
+    if (kv.f16)
+        kv_store_kernel<__half><<<grid, 256, 0, s>>>(k, v, static_cast<__half*>(kv.k), static_cast<__half*>(kv.v),
+                                                     kv.d, kv.n_kv, kv.n_ctx, pos, slot);
+    else
+        kv_store_kernel<float><<<grid, 256, 0, s>>>(k, v, static_cast<float*>(kv.k), static_cast<float*>(kv.v),
+                                                    kv.d, kv.n_kv, kv.n_ctx, pos, slot);
+    QINFER_CUDA_LAUNCHED("kv_store");
+}
+
+// Splits of the key range for decode: enough blocks to keep every SM streaming
+// K/V at long contexts (a split covers >= 256 keys of the capacity); empty
+// splits of a short context exit at once.
+int attention_splits(int64_t T, int64_t max_ctx) {
+    if (T > 4) return 1;
+    int n = int((max_ctx + 255) / 256);
+    return n < 1 ? 1 : (n > 128 ? 128 : n);
+}
+
+size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ctx) {
+    const int ns = attention_splits(T, max_ctx);
+    if (ns == 1) return 0;
+    return size_t(T) * size_t(n_head) * size_t(ns) * size_t(d + 2) * sizeof(float);
+}
+
+namespace {
+
+template <int D, int GT, typename KT>
+void launch_split(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
+    const dim3 grid(static_cast<unsigned>(n_kv), unsigned(T), unsigned(ns));
+    attn_split_kernel<D, GT, KT><<<grid, ATTN_THREADS, 0, s>>>(a);
+}
+
+template <int D, typename KT>
+void launch_d(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
+    if (a.group <= 1) launch_split<D, 1, KT>(a, T, n_kv, ns, s);
+    else if (a.group <= 2) launch_split<D, 2, KT>(a, T, n_kv, ns, s);
+    else if (a.group <= 4) launch_split<D, 4, KT>(a, T, n_kv, ns, s);
+    else if (a.group <= 8) launch_split<D, 8, KT>(a, T, n_kv, ns, s);
+    else fail(strfmt("CUDA attention: %d query heads per kv head not supported (max 8)", a.group));
+}
+
+}  // namespace
+
+void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale, float* out,
+               void* work, int max_pos_hint, cudaStream_t s) {
+    (void)max_pos_hint;
+    if (T == 0) return;
+    const int64_t n_head = q.n1;
+    if (n_head % kv.n_kv != 0 || q.n != kv.d)
+        fail(strfmt("CUDA attention: %lld query heads of %lld vs %lld kv heads of %lld", (long long)n_head,
+                    (long long)q.n, (long long)kv.n_kv, (long long)kv.d));
+    AttnArgs a;
+    a.q = q.data;
+    a.q_h = q.s1;
+    a.q_t = q.s2;
+    a.K = kv.k;
+    a.V = kv.v;
+    a.n_kv = int(kv.n_kv);
+    a.n_ctx = kv.n_ctx;
+    a.group = int(n_head / kv.n_kv);
+    a.pos = pos;
+    a.slot = slot;
+    a.scale = scale;
+    a.out = out;
+    a.work = static_cast<float*>(work);
+    const int ns = attention_splits(T, kv.n_ctx);
+    a.n_split = ns;
+    if (ns > 1 && !work) fail("CUDA attention: no work buffer for split attention");
+    const int n_kv = int(kv.n_kv);
+    switch (kv.d) {
+        case 64: kv.f16 ? launch_d<64, __half>(a, int(T), n_kv, ns, s) : launch_d<64, float>(a, int(T), n_kv, ns, s); break;
+        case 128: kv.f16 ? launch_d<128, __half>(a, int(T), n_kv, ns, s) : launch_d<128, float>(a, int(T), n_kv, ns, s); break;
+        case 256: kv.f16 ? launch_d<256, __half>(a, int(T), n_kv, ns, s) : launch_d<256, float>(a, int(T), n_kv, ns, s); break;
+        default: fail(strfmt("CUDA attention: head dim %lld not supported (64, 128, 256)", (long long)kv.d));
+    }
+    QINFER_CUDA_LAUNCHED("attention");
+    if (ns > 1) {
+        const dim3 grid(static_cast<unsigned>(n_head), unsigned(T));
+        attn_combine_kernel<<<grid, 128, 0, s>>>(a.work, int(kv.d), ns, out);
+        QINFER_CUDA_LAUNCHED("attention combine");
+    }
+}
+
+}  // namespace qinfer::cuda

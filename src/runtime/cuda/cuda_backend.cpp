@@ -1,0 +1,933 @@
+// CUDA backend: memory, uploads, graphs and the op dispatch to kernels.h.
+#include "runtime/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "common/error.h"
+#include "gguf/gguf.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/layout.h"
+
+namespace qinfer {
+
+using cuda::Rows;
+
+namespace {
+
+#define QINFER_CUBLAS_CHECK(call)                                                                    \
+    do {                                                                                             \
+        cublasStatus_t st_ = (call);                                                                 \
+        if (st_ != CUBLAS_STATUS_SUCCESS) fail(strfmt("cuBLAS error %d in %s", int(st_), #call));  \
+    } while (0)
+
+bool env_is(const char* name, const char* value) {
+    const char* v = std::getenv(name);
+    return v && std::strcmp(v, value) == 0;
+}
+
+// Rows view of an f32 tensor: ne[0] contiguous elements per row, rows over
+// dims 1..3 (dims 2 and 3 merged when they are contiguous with each other).
+Rows rows_of(const Tensor& t, const char* op) {
+    if (t.type != GgmlType::F32 || t.nb[0] != 4)
+        fail(strfmt("CUDA %s: tensor '%s' must be f32 with contiguous rows", op, t.name));
+    Rows r;
+    r.data = static_cast<float*>(t.data);
+    r.n = t.ne[0];
+    r.n1 = t.ne[1];
+    r.s1 = int64_t(t.nb[1] / 4);
+    if (t.ne[3] > 1 && t.ne[2] > 1 && t.nb[3] != t.nb[2] * size_t(t.ne[2]))
+        fail(strfmt("CUDA %s: tensor '%s' %s has a layout the kernels do not take", op, t.name, shape_str(t).c_str()));
+    r.n2 = t.ne[2] * t.ne[3];
+    r.s2 = int64_t((t.ne[2] > 1 ? t.nb[2] : t.nb[3]) / 4);
+    return r;
+}
+
+Rows bias_rows(const float* b, int64_t n, int64_t T) {
+    Rows r;
+    r.data = const_cast<float*>(b);
+    r.n = n;
+    r.n1 = T;
+    return r;  // strides 0: every row is the bias
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- lifetime
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) fail(strfmt("CUDA: no usable GPU (%s)", cudaGetErrorString(e)));
+    if (device < 0 || device >= n) fail(strfmt("CUDA: device %d does not exist (%d present)", device, n));
+    QINFER_CUDA_CHECK(cudaSetDevice(device));
+    cudaDeviceProp prop{};
+    QINFER_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    if (prop.major < 8)
+        fail(strfmt("CUDA: %s has compute capability %d.%d; the kernels need 8.0 or newer", prop.name, prop.major,
+                    prop.minor));
+    name_ = strfmt("CUDA%d", device);
+    QINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    QINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking));
+    cublasHandle_t h = nullptr;
+    QINFER_CUBLAS_CHECK(cublasCreate(&h));
+    cublas_ = h;
+    QINFER_CUBLAS_CHECK(cublasSetStream(h, stream_));
+    // Our own workspace, so cuBLAS never allocates inside a graph capture.
+    QINFER_CUBLAS_CHECK(cublasSetWorkspace(h, scratch(cublas_ws_, size_t(32) << 20, "cublas"), size_t(32) << 20));
+    graphs_enabled_ = !env_is("QINFER_CUDA_GRAPHS", "0");
+    fuse_ = !env_is("QINFER_CUDA_FUSE", "0");
+}
+
+CudaBackend::~CudaBackend() {
+    // No throwing here: run what is queued if possible, then release.
+    try {
+        flush();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: error in queued work at shutdown: %s\n", name_.c_str(), e.what());
+    }
+    cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(upload_stream_);
+    for (auto& kv : auto_graphs_) destroy_graph(kv.second);
+    for (auto& kv : keyed_graphs_) destroy_graph(kv.second);
+    for (auto& kv : owned_) cudaFree(const_cast<void*>(kv.first));
+    for (Scratch* s : {&act_buf_[0], &act_buf_[1], &attn_work_, &half_w_, &half_x_, &ids_buf_, &cublas_ws_})
+        if (s->p) cudaFree(s->p);
+    for (int i = 0; i < kStaging; ++i) {
+        if (staging_[i]) cudaFreeHost(staging_[i]);
+        if (staging_done_[i]) cudaEventDestroy(staging_done_[i]);
+    }
+    if (cublas_) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+    if (upload_stream_) cudaStreamDestroy(upload_stream_);
+    if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::name() const { return name_; }
+
+template <class... A> void CudaBackend::sig(const A&... a) {
+    if (!deferring()) return;
+    auto put = [this](const auto& v) {
+        static_assert(std::is_trivially_copyable_v<std::decay_t<decltype(v)>>, "signature values must be plain");
+        const uint8_t* p = reinterpret_cast<const uint8_t*>(&v);
+        sig_.insert(sig_.end(), p, p + sizeof(v));
+    };
+    (put(a), ...);
+}
+
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky "no device" error
+        return 0;
+    }
+    return n;
+}
+
+void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
+    if (bytes <= s.bytes) return s.p;
+    if (capturing_ || in_keyed_)
+        fail(strfmt("CUDA: %s buffer must grow to %zu bytes inside a recorded step (run the step once first)", what,
+                    bytes));
+    flush();  // queued ops still use the old buffer
+    if (s.p) {
+        QINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        drop_graphs();  // recorded steps point at the old buffer
+        QINFER_CUDA_CHECK(cudaFree(s.p));
+        s.p = nullptr;
+        s.bytes = 0;
+    }
+    bytes = (bytes + 255) & ~size_t(255);
+    const cudaError_t e = cudaMalloc(&s.p, bytes);
+    if (e != cudaSuccess) fail(strfmt("CUDA: out of memory allocating %zu bytes of %s scratch", bytes, what));
+    s.bytes = bytes;
+    return s.p;
+}
+
+// ---------------------------------------------------------------- memory
+
+Tensor CudaBackend::alloc(GgmlType type, std::initializer_list<int64_t> ne, const char* name) {
+    Tensor t;
+    t.type = type;
+    int i = 0;
+    for (int64_t n : ne) t.ne[i++] = n;
+    set_contiguous_strides(t);
+    t.backend = this;
+    t.name = name;
+    const size_t bytes = std::max<size_t>(t.nbytes(), 1);
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess)
+        fail(strfmt("CUDA: out of memory allocating %s %s (%zu bytes)", name, shape_str(t).c_str(), bytes));
+    QINFER_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    owned_[p] = bytes;
+    t.data = p;
+    return t;
+}
+
+void CudaBackend::free(Tensor& t) {
+    auto it = owned_.find(t.data);
+    if (it == owned_.end()) return;
+    flush();
+    QINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    drop_graphs();  // a recorded step may use the buffer
+    QINFER_CUDA_CHECK(cudaFree(t.data));
+    owned_.erase(it);
+    weights_.erase(t.data);
+    wrote(t);
+    t.data = nullptr;
+}
+
+Tensor CudaBackend::upload_weight(const gguf::TensorInfo& ti) {
+    Tensor t = upload_blocks(ti.type, ti.ne, ti.data, ti.name.c_str());
+    return t;
+}
+
+Tensor CudaBackend::upload_weight_bytes(GgmlType type, std::initializer_list<int64_t> ne, const void* data,
+                                        const char* name) {
+    int64_t n[4] = {1, 1, 1, 1};
+    int i = 0;
+    for (int64_t v : ne) n[i++] = v;
+    Tensor t = upload_blocks(type, n, data, name);
+    QINFER_CUDA_CHECK(cudaStreamSynchronize(upload_stream_));
+    return t;
+}
+
+Tensor CudaBackend::upload_blocks(GgmlType type, const int64_t ne[4], const void* data, const char* name) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!cuda::cuda_supports_weight_type(type) && type != GgmlType::I32)
+        fail(strfmt("CUDA: tensor '%s' has type %s, which the CUDA kernels do not handle", name, type_name(type)));
+    Tensor t;
+    t.type = type;
+    for (int i = 0; i < 4; ++i) t.ne[i] = ne[i];
+    set_contiguous_strides(t);
+    t.backend = this;
+    t.name = name;
+    const TypeTraits& tt = traits(type);
+    if (ne[0] % tt.block_size != 0)
+        fail(strfmt("CUDA: tensor '%s': rows of %lld are not whole %s blocks", name, (long long)ne[0], tt.name));
+    const int64_t n_blocks = t.n_elements() / tt.block_size;
+    const cuda::WeightLayout l = cuda::weight_layout(type, n_blocks);
+    void* dev = nullptr;
+    if (cudaMalloc(&dev, std::max<size_t>(l.total, 1)) != cudaSuccess)
+        fail(strfmt("CUDA: out of memory uploading '%s' (%zu bytes)", name, l.total));
+    owned_[dev] = l.total;
+    t.data = dev;
+
+    uint8_t* d = static_cast<uint8_t*>(dev);
+    const uint8_t* src = static_cast<const uint8_t*>(data);
+    const size_t per_block = l.main_bytes + l.qh_bytes + l.d_bytes;
+    const int64_t chunk = std::max<int64_t>(1, int64_t(kStagingBytes / per_block));
+    for (int64_t b0 = 0; b0 < n_blocks; b0 += chunk) {
+        const int64_t cnt = std::min(chunk, n_blocks - b0);
+        const int s = staging_next_;
+        staging_next_ = (s + 1) % kStaging;
+        if (!staging_[s]) {
+            QINFER_CUDA_CHECK(cudaMallocHost(&staging_[s], kStagingBytes));
+            QINFER_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_[s], cudaEventDisableTiming));
+        } else {
+            QINFER_CUDA_CHECK(cudaEventSynchronize(staging_done_[s]));  // its previous copy is done
+        }
+        uint8_t* stg = static_cast<uint8_t*>(staging_[s]);
+        uint8_t* sq = stg + size_t(cnt) * l.main_bytes;
+        uint8_t* sd = sq + size_t(cnt) * l.qh_bytes;
+        cuda::repack_blocks(type, src + size_t(b0) * tt.type_size, cnt, stg, l.qh_bytes ? sq : nullptr,
+                            l.d_bytes ? sd : nullptr);
+        QINFER_CUDA_CHECK(cudaMemcpyAsync(d + size_t(b0) * l.main_bytes, stg, size_t(cnt) * l.main_bytes,
+                                          cudaMemcpyHostToDevice, upload_stream_));
+        if (l.qh_bytes)
+            QINFER_CUDA_CHECK(cudaMemcpyAsync(d + l.off_qh + size_t(b0) * l.qh_bytes, sq, size_t(cnt) * l.qh_bytes,
+                                              cudaMemcpyHostToDevice, upload_stream_));
+        if (l.d_bytes)
+            QINFER_CUDA_CHECK(cudaMemcpyAsync(d + l.off_d + size_t(b0) * l.d_bytes, sd, size_t(cnt) * l.d_bytes,
+                                              cudaMemcpyHostToDevice, upload_stream_));
+        QINFER_CUDA_CHECK(cudaEventRecord(staging_done_[s], upload_stream_));
+    }
+    cuda::DeviceWeight dw;
+    dw.type = type;
+    dw.K = ne[0];
+    dw.N = t.n_rows();
+    dw.data = d;
+    dw.layout = l;
+    weights_[dev] = WeightInfo{dw};
+    upload_bytes_ += l.total;
+    upload_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    load_stats_printed_ = false;
+    return t;
+}
+
+// Before the first op after uploads: wait for the copies, report the load.
+void CudaBackend::print_load_stats_once() {
+    if (load_stats_printed_) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    QINFER_CUDA_CHECK(cudaStreamSynchronize(upload_stream_));
+    upload_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    load_stats_printed_ = true;
+    if (upload_bytes_ && std::getenv("QINFER_CUDA_VERBOSE"))
+        std::fprintf(stderr, "%s: uploaded %.1f MiB of weights in %.3f s (%.2f GB/s)\n", name_.c_str(),
+                     double(upload_bytes_) / (1 << 20), upload_s_, double(upload_bytes_) / 1e9 / upload_s_);
+}
+
+void CudaBackend::write(const Tensor& dst, const void* src, size_t bytes, size_t offset) {
+    check_ours(dst, "write");
+    if (bytes == 0) return;
+    if (in_keyed_) fail("CUDA: write() inside a recorded step");
+    uint8_t* d = static_cast<uint8_t*>(dst.data) + offset;
+    if (!deferring()) {
+        QINFER_CUDA_CHECK(cudaMemcpyAsync(d, src, bytes, cudaMemcpyHostToDevice, stream_));
+    } else {
+        const uint8_t* p = static_cast<const uint8_t*>(src);
+        payloads_.push_back(Payload{d, std::vector<uint8_t>(p, p + bytes)});
+        sig(uint32_t(0x57), d, bytes);
+        PendingOp op;
+        op.payload = int(payloads_.size() - 1);
+        pending_.push_back(std::move(op));
+    }
+    wrote(dst);
+}
+
+void CudaBackend::read(const Tensor& src, void* dst, size_t bytes, size_t offset) {
+    check_ours(src, "read");
+    if (in_keyed_) fail("CUDA: read() inside a recorded step");
+    flush();
+    if (bytes == 0) return;
+    QINFER_CUDA_CHECK(cudaMemcpyAsync(dst, static_cast<const uint8_t*>(src.data) + offset, bytes,
+                                      cudaMemcpyDeviceToHost, stream_));
+    QINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::fill_zero(const Tensor& t) {
+    check_ours(t, "fill_zero");
+    void* p = t.data;
+    const size_t n = t.nbytes();
+    sig(uint32_t(0x46), p, n);
+    enqueue([=, s = stream_] { QINFER_CUDA_CHECK(cudaMemsetAsync(p, 0, n, s)); });
+    wrote(t);
+}
+
+void CudaBackend::synchronize() {
+    flush();
+    QINFER_CUDA_CHECK(cudaStreamSynchronize(upload_stream_));
+    QINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offset, size_t bytes) {
+    check_ours(t, "copy_bytes");
+    if (bytes == 0) return;
+    uint8_t* base = static_cast<uint8_t*>(t.data);
+    sig(uint32_t(0x43), base, dst_offset, src_offset, bytes);
+    enqueue([=, s = stream_] {
+        QINFER_CUDA_CHECK(cudaMemcpyAsync(base + dst_offset, base + src_offset, bytes, cudaMemcpyDeviceToDevice, s));
+    });
+    wrote(t);
+}
+
+void CudaBackend::check_ours(const Tensor& t, const char* op) const {
+    if (t.backend != this) fail(strfmt("CUDA %s: tensor '%s' does not live on %s", op, t.name, name_.c_str()));
+}
+
+// ---------------------------------------------------------------- activation cache
+
+void CudaBackend::wrote(const Tensor& t) {
+    const uint8_t* lo = static_cast<const uint8_t*>(t.data);
+    const uint8_t* hi = lo + t.nbytes();
+    for (ActCache& c : act_cache_) {
+        if (!c.valid) continue;
+        const uint8_t* xlo = static_cast<const uint8_t*>(c.x);
+        const uint8_t* xhi = xlo + size_t(c.T - 1) * c.ldx * 4 + size_t(c.K) * 4;
+        if (xlo < hi && lo < xhi) c.valid = false;
+    }
+}
+
+cuda::ActQ CudaBackend::activations(GgmlType wt, const Tensor& x, int64_t K, int64_t T) {
+    const cuda::ActKind kind = cuda::act_kind_for(wt);
+    const float* xp = static_cast<const float*>(x.data);
+    if (kind == cuda::ActKind::F32) return cuda::act_view(kind, nullptr, xp, K, T);
+    const size_t ldx = x.nb[1] / 4;
+    for (int i = 0; i < 2; ++i) {
+        const ActCache& c = act_cache_[i];
+        if (c.valid && c.x == x.data && c.K == K && c.T == T && c.ldx == ldx && c.kind == kind)
+            return cuda::act_view(kind, act_buf_[i].p, xp, K, T);
+    }
+    const int i = act_next_;
+    act_next_ ^= 1;
+    void* buf = scratch(act_buf_[i], cuda::act_bytes(kind, K, T), "activation");
+    sig(uint32_t(16), uint32_t(kind), xp, ldx, K, T, buf);
+    enqueue([=, s = stream_] { cuda::quantize_act(kind, xp, int64_t(ldx), K, T, buf, s); });
+    act_cache_[i] = ActCache{x.data, K, T, ldx, kind, true};
+    return cuda::act_view(kind, buf, xp, K, T);
+}
+
+// ---------------------------------------------------------------- ops
+
+cuda::DeviceWeight CudaBackend::device_weight(const Tensor& w) const {
+    auto it = weights_.find(w.data);
+    if (it != weights_.end()) {
+        if (it->second.dw.type != w.type || it->second.dw.K != w.ne[0] || it->second.dw.N != w.n_rows())
+            fail(strfmt("CUDA: weight '%s' is used with a shape or type other than it was uploaded with", w.name));
+        return it->second.dw;
+    }
+    // Plain tensors allocated with alloc() (activations, test data): usable when
+    // their type needs no repacking and their rows are contiguous.
+    const cuda::WeightLayout l = cuda::weight_layout(w.type, w.n_elements() / traits(w.type).block_size);
+    if (l.repacked || !w.is_contiguous())
+        fail(strfmt("CUDA: '%s' (%s) was not uploaded with upload_weight and cannot be used as a weight", w.name,
+                    type_name(w.type)));
+    cuda::DeviceWeight dw;
+    dw.type = w.type;
+    dw.K = w.ne[0];
+    dw.N = w.n_rows();
+    dw.data = static_cast<const uint8_t*>(w.data);
+    dw.layout = l;
+    return dw;
+}
+
+void CudaBackend::get_rows(const Tensor& w, const Tensor& ids, const Tensor& out) {
+    check_ours(w, "get_rows");
+    check_ours(ids, "get_rows");
+    const int64_t T = ids.ne[0];
+    if (ids.type != GgmlType::I32 || out.ne[0] != w.ne[0] || out.ne[1] != T || out.type != GgmlType::F32)
+        fail(strfmt("CUDA get_rows %s: ids %s, out %s do not fit", w.name, shape_str(ids).c_str(),
+                    shape_str(out).c_str()));
+    const cuda::DeviceWeight dw = device_weight(w);
+    const int32_t* ip = static_cast<const int32_t*>(ids.data);
+    float* op = static_cast<float*>(out.data);
+    const int64_t ldo = int64_t(out.nb[1] / 4);
+    sig(uint32_t(1), dw.data, dw.K, dw.N, uint32_t(dw.type), ip, T, op, ldo);
+    enqueue([=, s = stream_] { cuda::get_rows(dw, ip, T, op, ldo, s); });
+    wrote(out);
+}
+
+void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, const Tensor* bias) {
+    check_ours(w, "matmul");
+    check_ours(x, "matmul");
+    check_ours(y, "matmul");
+    const int64_t K = w.ne[0], N = w.n_rows(), T = x.ne[1];
+    if (x.ne[0] != K || y.ne[0] != N || y.ne[1] != T || x.type != GgmlType::F32 || y.type != GgmlType::F32 ||
+        x.nb[1] != size_t(K) * 4 || y.nb[0] != 4)
+        fail(strfmt("CUDA matmul %s %s: x %s, y %s do not fit", w.name, shape_str(w).c_str(), shape_str(x).c_str(),
+                    shape_str(y).c_str()));
+    const float* b = nullptr;
+    if (bias && *bias) {
+        if (bias->type != GgmlType::F32 || bias->ne[0] != N) fail(strfmt("CUDA matmul %s: bias does not fit", w.name));
+        b = static_cast<const float*>(bias->data);
+    }
+    const cuda::DeviceWeight dw = device_weight(w);
+    float* yp = static_cast<float*>(y.data);
+    const float* xp = static_cast<const float*>(x.data);
+    const int64_t ldy = int64_t(y.nb[1] / 4);
+    const bool half = w.type == GgmlType::F16 || w.type == GgmlType::BF16 || w.type == GgmlType::F32;
+    const char* prefill = std::getenv("QINFER_CUDA_PREFILL");  // "vec", "f16" (quantized weights), default mma
+    constexpr int64_t kVecMaxT = 8;
+    // (scratch growth may flush the queue: signatures are added after it)
+    if (T > kVecMaxT && (half || (prefill && std::strcmp(prefill, "f16") == 0))) {
+        // cuBLAS. F32 / F16 / BF16 weights: f32 products of the exact weights and
+        // the f32 activations (the CPU backend's semantics): half weights are
+        // widened to f32 in row chunks, then SGEMM. Quantized weights with
+        // QINFER_CUDA_PREFILL=f16: dequantized to f16 and multiplied with f16
+        // activations (faster, but other numerics than the CPU's).
+        cublasHandle_t h = static_cast<cublasHandle_t>(cublas_);
+        const int64_t chunk = w.type == GgmlType::F32 ? N : std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(64) << 20) / (4 * K)));
+        void* hw = nullptr;
+        void* hx = nullptr;
+        if (!half) {
+            hw = scratch(half_w_, size_t(N * K) * 2, "f16 weight");
+            hx = scratch(half_x_, size_t(T * K) * 2, "f16 activation");
+        } else if (w.type != GgmlType::F32) {
+            hw = scratch(half_w_, size_t(chunk * K) * 4, "f32 weight chunk");
+        }
+        sig(uint32_t(2), dw.data, dw.K, dw.N, uint32_t(dw.type), xp, T, yp, ldy, b, hw, hx, chunk);
+        const cudaStream_t st = stream_;
+        enqueue([=] {
+            const float one = 1.f, zero = 0.f;
+            if (half) {
+                for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+                    const int64_t nc = std::min(chunk, N - n0);
+                    const float* wp = reinterpret_cast<const float*>(dw.data) + n0 * K;
+                    if (dw.type != GgmlType::F32) {
+                        cuda::dequant_f32(dw, n0, nc, static_cast<float*>(hw), st);
+                        wp = static_cast<const float*>(hw);
+                    }
+                    QINFER_CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(nc), int(T), int(K), &one, wp,
+                                                    int(K), xp, int(K), &zero, yp + n0, int(ldy)));
+                }
+            } else {
+                cuda::dequant_f16(dw, hw, st);
+                cuda::convert_rows(xp, K, K, T, GgmlType::F16, hx, st);
+                QINFER_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(T), int(K), &one, hw,
+                                                 CUDA_R_16F, int(K), hx, CUDA_R_16F, int(K), &zero, yp, CUDA_R_32F,
+                                                 int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            }
+            if (b) {
+                Rows yr;
+                yr.data = yp;
+                yr.n = N;
+                yr.n1 = T;
+                yr.s1 = ldy;
+                cuda::add(yr, bias_rows(b, N, T), yr, st);
+            }
+        });
+    } else {
+        const cuda::ActQ act = activations(w.type, x, K, T);
+        const bool use_mma = T > kVecMaxT && !(prefill && std::strcmp(prefill, "vec") == 0);
+        sig(uint32_t(2), dw.data, dw.K, dw.N, uint32_t(dw.type), xp, T, yp, ldy, b, act.qs, act.half, use_mma);
+        enqueue([=, s = stream_] {
+            if (!use_mma || !cuda::matmul_mma(dw, act, T, yp, ldy, b, s)) cuda::matmul_vec(dw, act, T, yp, ldy, b, s);
+        });
+        if (deferring() && T <= kVecMaxT && cuda::matvec_multi_supports(w.type)) {
+            PendingOp& op = pending_.back();
+            op.kind = PendingOp::Matvec;
+            op.mv.w = dw;
+            op.mv.y = yp;
+            op.mv.ldy = ldy;
+            op.mv.bias = b;
+            op.act = act;
+            op.T = T;
+        }
+    }
+    wrote(y);
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) {
+    check_ours(x, "rms_norm");
+    if (w.ne[0] != x.ne[0] || w.type != GgmlType::F32)
+        fail(strfmt("CUDA rms_norm: weight %s does not match rows of %lld", w.name, (long long)x.ne[0]));
+    const Rows xr = rows_of(x, "rms_norm"), yr = rows_of(y, "rms_norm");
+    const float* wp = static_cast<const float*>(w.data);
+    sig(uint32_t(3), xr, wp, eps, yr);
+    enqueue([=, s = stream_] { cuda::rms_norm(xr, wp, eps, yr, s); });
+    wrote(y);
+}
+
+void CudaBackend::l2_norm(const Tensor& x, float eps, const Tensor& y) {
+    check_ours(x, "l2_norm");
+    const Rows xr = rows_of(x, "l2_norm"), yr = rows_of(y, "l2_norm");
+    sig(uint32_t(4), xr, eps, yr);
+    enqueue([=, s = stream_] { cuda::l2_norm(xr, eps, yr, s); });
+    wrote(y);
+}
+
+void CudaBackend::rms_norm_gated(const Tensor& x, const Tensor& w, const Tensor& z, float eps, const Tensor& y) {
+    check_ours(x, "rms_norm_gated");
+    if (w.ne[0] != x.ne[0] || w.type != GgmlType::F32)
+        fail(strfmt("CUDA rms_norm_gated: weight %s does not match rows of %lld", w.name, (long long)x.ne[0]));
+    const Rows xr = rows_of(x, "rms_norm_gated"), zr = rows_of(z, "rms_norm_gated"), yr = rows_of(y, "rms_norm_gated");
+    const float* wp = static_cast<const float*>(w.data);
+    sig(uint32_t(5), xr, wp, zr, eps, yr);
+    enqueue([=, s = stream_] { cuda::rms_norm_gated(xr, wp, zr, eps, yr, s); });
+    wrote(y);
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
+    check_ours(a, "add");
+    const Rows ar = rows_of(a, "add"), br = rows_of(b, "add"), yr = rows_of(y, "add");
+    sig(uint32_t(6), ar, br, yr);
+    enqueue([=, s = stream_] { cuda::add(ar, br, yr, s); });
+    if (deferring()) {
+        PendingOp& op = pending_.back();
+        op.kind = PendingOp::Add;
+        op.a = ar;
+        op.b = br;
+        op.y = yr;
+    }
+    wrote(y);
+}
+
+void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& y) {
+    check_ours(gate, "swiglu");
+    const Rows gr = rows_of(gate, "swiglu"), ur = rows_of(up, "swiglu"), yr = rows_of(y, "swiglu");
+    sig(uint32_t(7), gr, ur, yr);
+    enqueue([=, s = stream_] { cuda::swiglu(gr, ur, yr, s); });
+    wrote(y);
+}
+
+void CudaBackend::sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& y) {
+    check_ours(x, "sigmoid_mul");
+    const Rows xr = rows_of(x, "sigmoid_mul"), gr = rows_of(gate, "sigmoid_mul"), yr = rows_of(y, "sigmoid_mul");
+    sig(uint32_t(8), xr, gr, yr);
+    enqueue([=, s = stream_] { cuda::sigmoid_mul(xr, gr, yr, s); });
+    wrote(y);
+}
+
+void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+    check_ours(src, "copy");
+    check_ours(dst, "copy");
+    if (src.type == GgmlType::F32 && dst.type == GgmlType::F32) {
+        const Rows sr = rows_of(src, "copy"), dr = rows_of(dst, "copy");
+        sig(uint32_t(9), sr, dr);
+        enqueue([=, s = stream_] { cuda::copy_rows(sr, dr, s); });
+    } else {
+        if (src.type != dst.type || !src.is_contiguous() || !dst.is_contiguous() || src.nbytes() != dst.nbytes())
+            fail(strfmt("CUDA copy %s -> %s: types or layouts differ", src.name, dst.name));
+        void* d = dst.data;
+        const void* sp = src.data;
+        const size_t n = src.nbytes();
+        sig(uint32_t(10), d, sp, n);
+        enqueue([=, s = stream_] { QINFER_CUDA_CHECK(cudaMemcpyAsync(d, sp, n, cudaMemcpyDeviceToDevice, s)); });
+    }
+    wrote(dst);
+}
+
+void CudaBackend::rope_neox(const Tensor& x, const StepInfo& step, int n_rot, float base, float freq_scale) {
+    check_ours(x, "rope");
+    if (x.ne[2] != step.n_tokens || x.ne[3] != 1)
+        fail(strfmt("CUDA rope: %s %s does not fit %d tokens", x.name, shape_str(x).c_str(), step.n_tokens));
+    const Rows xr = rows_of(x, "rope");
+    const int32_t* pos = static_cast<const int32_t*>(step.pos_t.data);
+    sig(uint32_t(11), xr, pos, n_rot, base, freq_scale);
+    enqueue([=, s = stream_] { cuda::rope_neox(xr, pos, n_rot, base, freq_scale, s); });
+    wrote(x);
+}
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const KvCache& cache,
+                            const StepInfo& step, float scale, const Tensor& out) {
+    check_ours(q, "attention");
+    check_ours(cache.k, "attention");
+    const int64_t d = q.ne[0], n_head = q.ne[1], T = q.ne[2], n_kv = k.ne[1];
+    const Tensor& K = cache.k;
+    if (T != step.n_tokens || k.ne[0] != d || v.ne[0] != d || v.ne[1] != n_kv || k.ne[2] != T || v.ne[2] != T ||
+        K.ne[0] != d || K.ne[1] != n_kv || n_head % n_kv != 0 || out.ne[0] != d || out.ne[1] != n_head ||
+        out.ne[2] != T || !out.is_contiguous() || cache.v.type != K.type ||
+        (K.type != GgmlType::F16 && K.type != GgmlType::F32))
+        fail(strfmt("CUDA attention: q %s, k %s, v %s, cache %s, out %s do not fit", shape_str(q).c_str(),
+                    shape_str(k).c_str(), shape_str(v).c_str(), shape_str(K).c_str(), shape_str(out).c_str()));
+    for (int64_t t = 0; t < T; ++t) {
+        const int32_t p = step.pos[size_t(t)], s = step.slot[size_t(t)];
+        if (p < 0 || p >= K.ne[2] || s < 0 || s >= K.ne[3])
+            fail(strfmt("CUDA attention: position %d / slot %d outside the cache %s", p, s, shape_str(K).c_str()));
+    }
+    cuda::KvView kv;
+    kv.k = K.data;
+    kv.v = cache.v.data;
+    kv.f16 = K.type == GgmlType::F16;
+    kv.d = d;
+    kv.n_kv = n_kv;
+    kv.n_ctx = K.ne[2];
+    kv.n_slots = K.ne[3];
+    const int32_t* pos = static_cast<const int32_t*>(step.pos_t.data);
+    const int32_t* slot = static_cast<const int32_t*>(step.slot_t.data);
+    const Rows qr = rows_of(q, "attention"), kr = rows_of(k, "attention"), vr = rows_of(v, "attention");
+    const size_t wb = cuda::attention_work_bytes(T, n_head, d, kv.n_ctx);
+    void* work = wb ? scratch(attn_work_, wb, "attention") : nullptr;
+    float* op = static_cast<float*>(out.data);
+    sig(uint32_t(12), qr, kr, vr, kv.k, kv.v, kv.f16, d, n_kv, kv.n_ctx, kv.n_slots, pos, slot, T, scale, op, work);
+    enqueue([=, s = stream_] {
+        cuda::kv_store(kr, vr, kv, pos, slot, T, s);
+        cuda::attention(qr, kv, pos, slot, T, scale, op, work, 0, s);
+    });
+    wrote(cache.k);
+    wrote(cache.v);
+    wrote(out);
+}
+
+void CudaBackend::conv1d_silu(const Tensor& x, const Tensor& w, const RecurrentState& state, const StepInfo& step,
+                              const Tensor& out) {
+    check_ours(x, "conv1d");
+    check_ours(state.conv, "conv1d");
+    const int64_t C = x.ne[0], T = x.ne[1], K = w.ne[0];
+    const Tensor& cs = state.conv;
+    if (T != step.n_tokens || w.ne[1] != C || cs.ne[0] != C || cs.ne[1] != K - 1 || out.ne[0] != C ||
+        out.ne[1] != T || w.type != GgmlType::F32 || !w.is_contiguous() || !cs.is_contiguous())
+        fail(strfmt("CUDA conv1d: x %s, w %s, state %s, out %s do not fit", shape_str(x).c_str(),
+                    shape_str(w).c_str(), shape_str(cs).c_str(), shape_str(out).c_str()));
+    const Rows xr = rows_of(x, "conv1d"), orr = rows_of(out, "conv1d");
+    const float* wp = static_cast<const float*>(w.data);
+    float* sp = static_cast<float*>(cs.data);
+    const int n_slots = int(cs.ne[2]), n_seg = int(step.segments.size()), Ki = int(K);
+    const cuda::Segment* seg = static_cast<const cuda::Segment*>(step.seg_t.data);
+    sig(uint32_t(13), xr, orr, wp, sp, n_slots, n_seg, Ki, C, seg);
+    enqueue([=, s = stream_] {
+        cuda::conv1d_silu(xr.data, xr.s1, wp, Ki, C, sp, n_slots, seg, n_seg, orr.data, orr.s1, s);
+    });
+    wrote(cs);
+    wrote(out);
+}
+
+void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
+                                   const Tensor& b, const Tensor& dt_bias, const Tensor& ssm_a,
+                                   const RecurrentState& state, const StepInfo& step, const Tensor& out) {
+    check_ours(q, "gated_delta_rule");
+    check_ours(state.S, "gated_delta_rule");
+    const int64_t dk = q.ne[0], Hk = q.ne[1], T = q.ne[2];
+    const int64_t dv = v.ne[0], Hv = v.ne[1];
+    const Tensor& S = state.S;
+    if (T != step.n_tokens || k.ne[0] != dk || k.ne[1] != Hk || v.ne[2] != T || Hv % Hk != 0 || a.ne[0] != Hv ||
+        b.ne[0] != Hv || S.ne[0] != dk || S.ne[1] != dv || S.ne[2] != Hv || out.ne[0] != dv || out.ne[1] != Hv ||
+        !out.is_contiguous() || !S.is_contiguous())
+        fail(strfmt("CUDA gated_delta_rule: q %s, v %s, state %s, out %s do not fit", shape_str(q).c_str(),
+                    shape_str(v).c_str(), shape_str(S).c_str(), shape_str(out).c_str()));
+    const Rows qr = rows_of(q, "gdr"), kr = rows_of(k, "gdr"), vr = rows_of(v, "gdr");
+    const Rows ar = rows_of(a, "gdr"), br = rows_of(b, "gdr");
+    cuda::DeltaArgs p{};
+    p.q = qr.data;
+    p.k = kr.data;
+    p.v = vr.data;
+    p.q_h = qr.s1;
+    p.q_t = qr.s2;
+    p.k_h = kr.s1;
+    p.k_t = kr.s2;
+    p.v_h = vr.s1;
+    p.v_t = vr.s2;
+    p.a = ar.data;
+    p.b = br.data;
+    p.a_t = ar.s1;
+    p.b_t = br.s1;
+    p.dt_bias = static_cast<const float*>(dt_bias.data);
+    p.ssm_a = static_cast<const float*>(ssm_a.data);
+    p.S = static_cast<float*>(S.data);
+    p.out = static_cast<float*>(out.data);
+    p.dk = int(dk);
+    p.dv = int(dv);
+    p.Hk = int(Hk);
+    p.Hv = int(Hv);
+    int max_len = 0;
+    for (const StepInfo::Segment& sg : step.segments) max_len = std::max(max_len, int(sg.count));
+    const int n_seg = int(step.segments.size());
+    const cuda::Segment* seg = static_cast<const cuda::Segment*>(step.seg_t.data);
+    sig(uint32_t(14), p, n_seg, max_len, seg);
+    enqueue([=, s = stream_] { cuda::gated_delta_rule(p, seg, n_seg, max_len, s); });
+    wrote(S);
+    wrote(out);
+}
+
+void CudaBackend::argmax(const Tensor& logits, const Tensor& ids) {
+    check_ours(logits, "argmax");
+    check_ours(ids, "argmax");
+    const int64_t V = logits.ne[0], T = logits.ne[1];
+    if (ids.type != GgmlType::I32 || ids.ne[0] < T || logits.type != GgmlType::F32)
+        fail(strfmt("CUDA argmax: logits %s / ids %s do not fit", shape_str(logits).c_str(), shape_str(ids).c_str()));
+    const float* lp = static_cast<const float*>(logits.data);
+    const int64_t ld = int64_t(logits.nb[1] / 4);
+    int32_t* ip = static_cast<int32_t*>(ids.data);
+    sig(uint32_t(15), lp, ld, V, T, ip);
+    enqueue([=, s = stream_] { cuda::argmax_rows(lp, ld, V, T, ip, s); });
+    wrote(ids);
+}
+
+// ---------------------------------------------------------------- deferred execution and graphs
+
+void CudaBackend::enqueue(std::function<void()> fn) {
+    if (!deferring()) {
+        print_load_stats_once();
+        fn();
+        return;
+    }
+    if (pending_.size() >= 16384 && !in_keyed_) flush();  // bound the queue (before: callers tag back())
+    PendingOp op;
+    op.run = std::move(fn);
+    pending_.push_back(std::move(op));
+}
+
+void CudaBackend::drop_graphs() {
+    for (auto& kv : auto_graphs_) destroy_graph(kv.second);
+    for (auto& kv : keyed_graphs_) destroy_graph(kv.second);
+    auto_graphs_.clear();
+    keyed_graphs_.clear();
+}
+
+void CudaBackend::destroy_graph(GraphRec& g) {
+    if (g.exec) cudaGraphExecDestroy(g.exec);
+    if (g.done) cudaEventDestroy(g.done);
+    for (void* p : g.pinned) cudaFreeHost(p);
+    g = GraphRec{};
+}
+
+// Runs the queue on the stream; writes come from `pinned` (capture) or from
+// their own host copies (eager).
+//
+// Peephole fusion on the way: adjacent quantized matvecs over the same
+// activations become one launch, and an add that consumes the last one's
+// output right after it becomes its epilogue (both outputs still written, so
+// the result is the same as running the ops one by one).
+void CudaBackend::run_pending(const std::vector<void*>* pinned) {
+    const size_t n = pending_.size();
+    for (size_t i = 0; i < n;) {
+        const PendingOp& op = pending_[i];
+        if (op.payload >= 0) {
+            const Payload& p = payloads_[size_t(op.payload)];
+            const void* src = pinned ? (*pinned)[size_t(op.payload)] : p.data.data();
+            QINFER_CUDA_CHECK(cudaMemcpyAsync(p.dst, src, p.data.size(), cudaMemcpyHostToDevice, stream_));
+            ++i;
+            continue;
+        }
+        if (op.kind != PendingOp::Matvec || !fuse_) {
+            op.run();
+            ++i;
+            continue;
+        }
+        cuda::MatvecJob jobs[cuda::kMaxMatvecJobs];
+        int nj = 0;
+        size_t j = i;
+        while (j < n && nj < cuda::kMaxMatvecJobs && pending_[j].kind == PendingOp::Matvec &&
+               pending_[j].act.qs == op.act.qs && pending_[j].T == op.T)
+            jobs[nj++] = pending_[j++].mv;
+        bool residual = false;
+        if (j < n && pending_[j].kind == PendingOp::Add) {
+            const PendingOp& ad = pending_[j];
+            cuda::MatvecJob& last = jobs[nj - 1];
+            const int64_t N = last.w.N, T = op.T;
+            auto plain = [&](const cuda::Rows& r, bool check_stride, int64_t ld) {
+                return r.n == N && r.n1 == T && r.n2 == 1 && (T == 1 || !check_stride || r.s1 == ld);
+            };
+            bool a_is_output = false;
+            for (int k = 0; k < nj; ++k) a_is_output |= ad.a.data == jobs[k].y;
+            if (ad.b.data == last.y && plain(ad.b, true, last.ldy) && plain(ad.a, false, 0) &&
+                plain(ad.y, false, 0) && !a_is_output) {
+                last.res = ad.a.data;
+                last.ld_res = ad.a.s1;
+                last.res_out = ad.y.data;
+                last.ld_res_out = ad.y.s1;
+                residual = true;
+                ++j;
+            }
+        }
+        if (nj == 1 && !residual) op.run();
+        else cuda::matmul_vec_multi(jobs, nj, op.act, op.T, stream_);
+        i = j;
+    }
+}
+
+void CudaBackend::flush() {
+    if (pending_.empty()) return;
+    print_load_stats_once();
+    // The queue's signature decides: replay, record, or run as it is.
+    uint64_t h = 1469598103934665603ull;
+    for (uint8_t c : sig_) h = (h ^ c) * 1099511628211ull;
+    auto it = auto_graphs_.find(h);
+    GraphRec* rec = it != auto_graphs_.end() && it->second.sig == sig_ ? &it->second : nullptr;
+    struct Clear {
+        CudaBackend* b;
+        ~Clear() {
+            b->pending_.clear();
+            b->payloads_.clear();
+            b->sig_.clear();
+            for (ActCache& c : b->act_cache_) c.valid = false;
+        }
+    } clear{this};
+    if (rec && rec->exec) {
+        QINFER_CUDA_CHECK(cudaEventSynchronize(rec->done));  // the last replay no longer reads the payloads
+        for (size_t i = 0; i < payloads_.size(); ++i)
+            std::memcpy(rec->pinned[i], payloads_[i].data.data(), payloads_[i].data.size());
+        QINFER_CUDA_CHECK(cudaGraphLaunch(rec->exec, stream_));
+        QINFER_CUDA_CHECK(cudaEventRecord(rec->done, stream_));
+        ++rec->hits;
+        ++graph_launches_;
+        return;
+    }
+    const bool record = rec && rec->seen >= 1 && auto_graphs_.size() <= 64 && pending_.size() >= 4;
+    if (!record) {
+        run_pending(nullptr);
+        ++eager_flushes_;
+        if (rec) {
+            ++rec->seen;
+        } else if (it == auto_graphs_.end()) {
+            if (auto_graphs_.size() > 256) {  // many one-off shapes (prefill): forget the unrecorded ones
+                for (auto g = auto_graphs_.begin(); g != auto_graphs_.end();)
+                    g = g->second.exec ? std::next(g) : auto_graphs_.erase(g);
+            }
+            GraphRec& r = auto_graphs_[h];
+            r.sig = sig_;
+            r.seen = 1;
+        }
+        return;
+    }
+    // Record: payloads move to pinned buffers the graph's copy nodes read.
+    for (const Payload& p : payloads_) {
+        void* pin = nullptr;
+        QINFER_CUDA_CHECK(cudaMallocHost(&pin, std::max<size_t>(p.data.size(), 1)));
+        std::memcpy(pin, p.data.data(), p.data.size());
+        rec->pinned.push_back(pin);
+    }
+    QINFER_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    cudaGraph_t g = nullptr;
+    try {
+        run_pending(&rec->pinned);
+    } catch (...) {
+        capturing_ = false;
+        cudaStreamEndCapture(stream_, &g);
+        if (g) cudaGraphDestroy(g);
+        destroy_graph(*rec);
+        auto_graphs_.erase(h);
+        throw;
+    }
+    capturing_ = false;
+    QINFER_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    const cudaError_t e = cudaGraphInstantiate(&rec->exec, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) cuda::throw_cuda(e, "cudaGraphInstantiate", __FILE__, __LINE__);
+    QINFER_CUDA_CHECK(cudaEventCreateWithFlags(&rec->done, cudaEventDisableTiming));
+    QINFER_CUDA_CHECK(cudaGraphLaunch(rec->exec, stream_));
+    QINFER_CUDA_CHECK(cudaEventRecord(rec->done, stream_));
+    ++graph_launches_;
+}
+
+// Explicit step graphs: ops between begin_graph and end_graph are recorded once
+// per key and replayed without the caller issuing them again.
+bool CudaBackend::begin_graph(uint64_t key) {
+    if (!graphs_enabled_) return true;
+    if (in_keyed_) fail("CUDA: begin_graph inside a recorded step");
+    flush();
+    print_load_stats_once();
+    in_keyed_ = true;
+    keyed_key_ = key;
+    auto it = keyed_graphs_.find(key);
+    keyed_replay_ = it != keyed_graphs_.end() && it->second.exec;
+    return !keyed_replay_;
+}
+
+void CudaBackend::end_graph() {
+    if (!graphs_enabled_) return;
+    if (!in_keyed_) fail("CUDA: end_graph without begin_graph");
+    in_keyed_ = false;
+    GraphRec& rec = keyed_graphs_[keyed_key_];
+    struct Clear {
+        CudaBackend* b;
+        ~Clear() {
+            b->pending_.clear();
+            b->payloads_.clear();
+            b->sig_.clear();
+            for (ActCache& c : b->act_cache_) c.valid = false;
+        }
+    } clear{this};
+    if (keyed_replay_) {
+        QINFER_CUDA_CHECK(cudaGraphLaunch(rec.exec, stream_));
+        ++graph_launches_;
+        return;
+    }
+    if (rec.seen == 0 || keyed_graphs_.size() > 64) {  // first sighting sizes the scratch buffers
+        ++rec.seen;
+        print_load_stats_once();
+        run_pending(nullptr);
+        ++eager_flushes_;
+        return;
+    }
+    QINFER_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    cudaGraph_t g = nullptr;
+    try {
+        run_pending(nullptr);
+    } catch (...) {
+        capturing_ = false;
+        cudaStreamEndCapture(stream_, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+    }
+    capturing_ = false;
+    QINFER_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    const cudaError_t e = cudaGraphInstantiate(&rec.exec, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) cuda::throw_cuda(e, "cudaGraphInstantiate", __FILE__, __LINE__);
+    QINFER_CUDA_CHECK(cudaGraphLaunch(rec.exec, stream_));
+    ++graph_launches_;
+}
+
+}  // namespace qinfer

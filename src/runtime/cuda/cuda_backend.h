@@ -1,0 +1,174 @@
+// CUDA backend: weights, KV cache, recurrent state and activations in device
+// memory (plain cudaMalloc); every op is an enqueue on one stream; nothing comes
+// back to the host inside a step except through read(). Decode steps can be
+// recorded once as a CUDA graph and replayed (begin_graph / end_graph).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/cuda/kernels.h"
+
+namespace qinfer {
+
+class CudaBackend final : public Backend {
+public:
+    explicit CudaBackend(int device = 0);
+    ~CudaBackend() override;
+
+    std::string name() const override;
+    bool host_memory() const override { return false; }
+
+    Tensor alloc(GgmlType type, std::initializer_list<int64_t> ne, const char* name) override;
+    void free(Tensor& t) override;
+    Tensor upload_weight(const gguf::TensorInfo& ti) override;
+    void write(const Tensor& dst, const void* src, size_t bytes, size_t offset) override;
+    void read(const Tensor& src, void* dst, size_t bytes, size_t offset) override;
+    void fill_zero(const Tensor& t) override;
+    void synchronize() override;
+
+    void get_rows(const Tensor& w, const Tensor& ids, const Tensor& out) override;
+    void matmul(const Tensor& w, const Tensor& x, const Tensor& y, const Tensor* bias) override;
+    void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) override;
+    void l2_norm(const Tensor& x, float eps, const Tensor& y) override;
+    void rms_norm_gated(const Tensor& x, const Tensor& w, const Tensor& z, float eps, const Tensor& y) override;
+    void add(const Tensor& a, const Tensor& b, const Tensor& y) override;
+    void swiglu(const Tensor& gate, const Tensor& up, const Tensor& y) override;
+    void sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& y) override;
+    void rope_neox(const Tensor& x, const StepInfo& step, int n_rot, float base, float freq_scale) override;
+    void attention(const Tensor& q, const Tensor& k, const Tensor& v, const KvCache& cache, const StepInfo& step,
+                   float scale, const Tensor& out) override;
+    void conv1d_silu(const Tensor& x, const Tensor& w, const RecurrentState& state, const StepInfo& step,
+                     const Tensor& out) override;
+    void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
+                          const Tensor& dt_bias, const Tensor& ssm_a, const RecurrentState& state,
+                          const StepInfo& step, const Tensor& out) override;
+    void copy(const Tensor& src, const Tensor& dst) override;
+    void copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offset, size_t bytes) override;
+
+    void argmax(const Tensor& logits, const Tensor& ids) override;
+    bool begin_graph(uint64_t key) override;
+    void end_graph() override;
+
+    // A weight from raw GGUF block bytes (what upload_weight does with a mapped
+    // tensor); used by tests and tools that build weights in memory.
+    Tensor upload_weight_bytes(GgmlType type, std::initializer_list<int64_t> ne, const void* data, const char* name);
+
+    cudaStream_t stream() const { return stream_; }
+    // Load statistics: bytes and seconds spent uploading weights.
+    double upload_seconds() const { return upload_s_; }
+    uint64_t upload_bytes() const { return upload_bytes_; }
+
+private:
+    struct WeightInfo {
+        cuda::DeviceWeight dw;
+    };
+    // A growing device buffer (reallocated outside graph capture only).
+    struct Scratch {
+        void* p = nullptr;
+        size_t bytes = 0;
+    };
+    void* scratch(Scratch& s, size_t bytes, const char* what);
+    cuda::DeviceWeight device_weight(const Tensor& w) const;
+    Tensor upload_blocks(GgmlType type, const int64_t ne[4], const void* data, const char* name);
+    // Quantized activations of x for weight type wt, reusing the last result
+    // while x was not written since.
+    cuda::ActQ activations(GgmlType wt, const Tensor& x, int64_t K, int64_t T);
+    void wrote(const Tensor& t);  // an op wrote t: drop cached activations that overlap it
+    void check_ours(const Tensor& t, const char* op) const;
+    void print_load_stats_once();
+
+    int device_ = 0;
+    std::string name_;
+    cudaStream_t stream_ = nullptr;
+    cudaStream_t upload_stream_ = nullptr;
+    void* cublas_ = nullptr;  // cublasHandle_t
+    std::unordered_map<const void*, size_t> owned_;  // allocation -> bytes
+    std::unordered_map<const void*, WeightInfo> weights_;
+
+    // pinned staging ring for weight uploads
+    static constexpr int kStaging = 3;
+    static constexpr size_t kStagingBytes = size_t(32) << 20;
+    void* staging_[kStaging] = {};
+    cudaEvent_t staging_done_[kStaging] = {};
+    int staging_next_ = 0;
+    double upload_s_ = 0;
+    uint64_t upload_bytes_ = 0;
+    bool load_stats_printed_ = false;
+
+    Scratch act_buf_[2];
+    struct ActCache {
+        const void* x = nullptr;
+        int64_t K = 0, T = 0;
+        size_t ldx = 0;
+        cuda::ActKind kind = cuda::ActKind::F32;
+        bool valid = false;
+    } act_cache_[2];
+    int act_next_ = 0;
+    Scratch attn_work_, half_w_, half_x_, ids_buf_;
+    Scratch cublas_ws_;
+
+    // ---- deferred execution and automatic graphs
+    // Ops are queued with a byte signature of everything that shapes their
+    // launches (pointers, sizes, scalars) and run at the next sync point (read,
+    // synchronize, free, scratch growth). A queue whose signature was seen before
+    // is captured as a CUDA graph the second time and replayed from then on; the
+    // data of queued write()s travels through pinned buffers owned by the graph.
+    // So any model code gets graph replay for repeated steps (decode) without
+    // changes. QINFER_CUDA_GRAPHS=0 runs every op at once instead.
+    struct Payload {
+        void* dst;
+        std::vector<uint8_t> data;
+    };
+    struct PendingOp {
+        std::function<void()> run;  // empty for a write (payload index)
+        int payload = -1;
+        // What peephole fusion at flush needs to know (kind 0: opaque).
+        enum Kind { Opaque = 0, Matvec = 1, Add = 2 } kind = Opaque;
+        cuda::MatvecJob mv;  // Matvec: quantized weight, T <= 8
+        cuda::ActQ act;
+        int64_t T = 0;
+        cuda::Rows a, b, y;  // Add
+    };
+    bool fuse_ = true;
+    struct GraphRec {
+        std::vector<uint8_t> sig;
+        cudaGraphExec_t exec = nullptr;
+        std::vector<void*> pinned;  // one per payload, in queue order
+        cudaEvent_t done = nullptr;
+        int seen = 0;
+        uint64_t hits = 0;
+    };
+    bool deferring() const { return graphs_enabled_; }
+    template <class... A> void sig(const A&... a);
+    void enqueue(std::function<void()> fn);
+    void flush();
+    void run_pending(const std::vector<void*>* pinned);
+    void destroy_graph(GraphRec& g);
+    void drop_graphs();  // after freeing memory a recorded step may point at
+
+    bool graphs_enabled_ = true;
+    bool capturing_ = false;
+    std::vector<PendingOp> pending_;
+    std::vector<Payload> payloads_;
+    std::vector<uint8_t> sig_;
+    std::unordered_map<uint64_t, GraphRec> auto_graphs_;
+    // explicit begin_graph / end_graph
+    std::unordered_map<uint64_t, GraphRec> keyed_graphs_;
+    bool in_keyed_ = false, keyed_replay_ = false;
+    uint64_t keyed_key_ = 0;
+    uint64_t graph_launches_ = 0, eager_flushes_ = 0;
+
+public:
+    // Steps replayed from graphs / run eagerly so far (for benchmarks and tests).
+    uint64_t graph_launches() const { return graph_launches_; }
+    uint64_t eager_flushes() const { return eager_flushes_; }
+};
+
+}  // namespace qinfer

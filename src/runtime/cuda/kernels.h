@@ -1,0 +1,151 @@
+// Launch API of the CUDA kernels: plain C++ functions over device pointers, so
+// the backend (and the unit tests) never see kernel syntax. Every function
+// enqueues on `s` and returns at once; none synchronizes.
+#pragma once
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant/types.h"
+#include "runtime/cuda/layout.h"
+
+namespace qinfer::cuda {
+
+// ---- activations for matrix products
+// The activations are brought to the weight's "vec_dot type" first, exactly as
+// the CPU backend does: 8-bit blocks for quantized weights (integer dot
+// products), f32 as they are for F32 / F16 / BF16 weights. So CPU and GPU
+// compute the same function up to the order of float additions.
+enum class ActKind { F32, F16, BF16, Q8_0, Q8_1, Q8_K };
+ActKind act_kind_for(GgmlType weight_type);
+
+// Device layout of T quantized activation rows of K elements (one buffer):
+//   qs int8 [T][K] | d f32 [T][K/bs] | s f32 [T][K/32] (Q8_1: f16(d*sum q)) |
+//   bsum int16 [T][K/16] (sums of qs over 16 elements; all Q8 kinds)
+// bs = 32 (Q8_0, Q8_1) or 256 (Q8_K). F16/BF16 (only for QINFER_CUDA_PREFILL=f16):
+// [T][K] halves. F32: unused (the input rows themselves).
+struct ActQ {
+    const int8_t* qs = nullptr;
+    const float* d = nullptr;
+    const float* s = nullptr;
+    const int16_t* bsum = nullptr;
+    const void* half = nullptr;   // F16 / BF16 rows
+    const float* f32 = nullptr;   // F32: the input itself (row stride K)
+    int64_t K = 0;
+};
+size_t act_bytes(ActKind k, int64_t K, int64_t T);
+ActQ act_view(ActKind k, const void* buf, const float* x, int64_t K, int64_t T);
+
+// x: T rows of K f32 (row stride ldx floats), K a multiple of the block size.
+void quantize_act(ActKind k, const float* x, int64_t ldx, int64_t K, int64_t T, void* buf, cudaStream_t s);
+
+// ---- weights
+struct DeviceWeight {
+    GgmlType type = GgmlType::F32;
+    int64_t K = 0;          // elements per row (ne0)
+    int64_t N = 0;          // rows (ne1 * ne2 * ne3)
+    const uint8_t* data = nullptr;
+    WeightLayout layout;    // weight_layout(type, N * K / block_size)
+};
+
+// y[t][n] = sum_k W[n][k] x[t][k] (+ bias[n]) for t < T, n < N; y row stride ldy.
+// Integer / half dot products straight from the quantized blocks, each weight
+// byte read once per group of up to 8 tokens. `act` from quantize_act().
+void matmul_vec(const DeviceWeight& w, const ActQ& act, int64_t T, float* y, int64_t ldy, const float* bias,
+                cudaStream_t s);
+
+// Several quantized matrix-vector products over the same activations in one
+// launch (q/k/v, gate/up, the four DeltaNet projections), each optionally with a
+// residual epilogue: res_out[t][n] = res[t][n] + y[t][n] (y is written too).
+// Every job's weight must be a quantized type with the activation kind `act` was
+// made for; T <= 8.
+struct MatvecJob {
+    DeviceWeight w;
+    float* y = nullptr;
+    int64_t ldy = 0;
+    const float* bias = nullptr;
+    const float* res = nullptr;  // residual input (null: none)
+    float* res_out = nullptr;
+    int64_t ld_res = 0, ld_res_out = 0;
+};
+constexpr int kMaxMatvecJobs = 4;
+void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s);
+bool matvec_multi_supports(GgmlType t);
+
+// Same product for many tokens on the tensor cores (int8 mma for quantized
+// weights, from the same quantized activations). Falls back to matmul_vec for
+// types it does not cover. Returns false when it did not handle the case.
+// K-quants default to the f16-tensor-core kernel (exact integer products, see
+// mma_f16.cu); QINFER_CUDA_MMA=int8 selects the int8 one, =0 the matvec path.
+bool matmul_mma(const DeviceWeight& w, const ActQ& act, int64_t T, float* y, int64_t ldy, const float* bias,
+                cudaStream_t s);
+bool matmul_hmma(const DeviceWeight& w, const ActQ& act, int64_t T, float* y, int64_t ldy, const float* bias,
+                 cudaStream_t s);
+
+// out[t][0..K) = dequantize(row ids[t] of w) as f32 (row stride ldo floats).
+void get_rows(const DeviceWeight& w, const int32_t* ids, int64_t T, float* out, int64_t ldo, cudaStream_t s);
+// Whole-matrix dequantization to f16 (for the cuBLAS prefill path): out [N][K].
+void dequant_f16(const DeviceWeight& w, void* out, cudaStream_t s);
+// Rows [row0, row0 + n) dequantized to f32: out [n][K].
+void dequant_f32(const DeviceWeight& w, int64_t row0, int64_t n, float* out, cudaStream_t s);
+// f32 -> f16 / bf16 rows (x row stride ldx, out contiguous [T][K]).
+void convert_rows(const float* x, int64_t ldx, int64_t K, int64_t T, GgmlType to, void* out, cudaStream_t s);
+
+// ---- row-wise ops. A "rows" argument describes n rows of `n` f32 elements at
+// data + i1*s1 + i2*s2 (i1 < n1, i2 < n2), strides in floats.
+struct Rows {
+    float* data = nullptr;
+    int64_t n = 0;          // elements per row
+    int64_t n1 = 1, n2 = 1; // rows = n1 * n2
+    int64_t s1 = 0, s2 = 0; // row strides in floats
+};
+
+void rms_norm(Rows x, const float* w, float eps, Rows y, cudaStream_t s);
+void l2_norm(Rows x, float eps, Rows y, cudaStream_t s);
+void rms_norm_gated(Rows x, const float* w, Rows z, float eps, Rows y, cudaStream_t s);
+void add(Rows a, Rows b, Rows y, cudaStream_t s);
+void swiglu(Rows gate, Rows up, Rows y, cudaStream_t s);
+void sigmoid_mul(Rows x, Rows gate, Rows y, cudaStream_t s);
+void copy_rows(Rows src, Rows dst, cudaStream_t s);
+// In place NEOX rope on x rows (n1 = heads, n2 = tokens); angle pos[t] * freq_scale * base^(-2i/n_rot).
+void rope_neox(Rows x, const int32_t* pos, int n_rot, float base, float freq_scale, cudaStream_t s);
+
+// ---- attention over the KV cache
+struct KvView {
+    void* k = nullptr;       // {d, n_kv, n_ctx, n_slots}
+    void* v = nullptr;
+    bool f16 = true;         // else f32
+    int64_t d = 0, n_kv = 0, n_ctx = 0, n_slots = 0;
+};
+// Writes k, v rows (Rows over heads x tokens) into the cache at (slot[t], pos[t]).
+void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, cudaStream_t s);
+// out[t][h][:] = softmax(scale q.K[j]) V[j] over j <= pos[t] in slot[t]. q Rows (n1 = n_head,
+// n2 = T), out contiguous [T][n_head][d]. `work` >= attention_work_bytes(...).
+size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ctx);
+void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale,
+               float* out, void* work, int max_pos_hint, cudaStream_t s);
+
+// ---- Gated DeltaNet
+struct Segment {  // as StepInfo::Segment
+    int32_t first, count, slot, pos0;
+};
+// conv state {C, K-1, n_slots} f32; x, out [T][C] (row strides ldx / ldo floats); w {K, C}.
+void conv1d_silu(const float* x, int64_t ldx, const float* w, int K, int64_t C, float* state, int n_slots,
+                 const Segment* seg, int n_seg, float* out, int64_t ldo, cudaStream_t s);
+struct DeltaArgs {
+    const float* q; const float* k; const float* v;   // per token rows: q/k [Hk][dk], v [Hv][dv]
+    int64_t q_t, k_t, v_t;                             // token strides (floats); heads contiguous at dk / dv
+    int64_t q_h, k_h, v_h;                             // head strides (floats)
+    const float* a; const float* b; int64_t a_t, b_t;  // [T][Hv]
+    const float* dt_bias; const float* ssm_a;          // [Hv]
+    float* S;                                          // {dk, dv, Hv, n_slots}
+    float* out;                                        // [T][Hv][dv] contiguous
+    int dk, dv, Hk, Hv;
+};
+void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max_seg_len, cudaStream_t s);
+
+// ---- sampling
+// ids[t] = argmax of row t (lowest index wins ties). logits rows of n, stride ld.
+void argmax_rows(const float* logits, int64_t ld, int64_t n, int64_t T, int32_t* ids, cudaStream_t s);
+
+}  // namespace qinfer::cuda

@@ -1,0 +1,150 @@
+// Whole models on the CUDA backend against the CPU backend on the reference
+// models: logits of a prompt (max |diff| <= 1e-2 x max |ref|, argmax agreement
+// where the CPU's top-2 margin exceeds the difference), prompt-at-once equals
+// token-by-token on the GPU, and greedy continuations of the f16 / f32 models
+// equal the reference ids. Skipped without a GPU or without reference data.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/hparams.h"
+#include "model/model.h"
+#include "runtime/backend.h"
+#include "testutil.h"
+
+namespace qinfer {
+namespace {
+
+const std::vector<int32_t> kS7 = {8193, 872, 198, 39, 4791, 1879, 8194};
+
+std::unique_ptr<Model> load_on(const std::string& path, bool gpu, int n_ctx) {
+    ModelOptions opt;
+    opt.n_ctx = n_ctx;
+    opt.n_batch = 64;
+    opt.n_threads = 2;
+    if (!gpu) return Model::load(path, opt);
+    const HParams hp = HParams::from_gguf(*gguf::File::open(path));
+    Placement pl;
+    pl.backends.push_back(make_cuda_backend(0));
+    pl.layer.assign(size_t(hp.n_layer), 0);
+    return Model::load(path, opt, std::move(pl));
+}
+
+std::vector<float> run_batch(Model& m, const std::vector<int32_t>& ids) {
+    Batch b;
+    for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int32_t(i), 0, true);
+    std::vector<float> logits;
+    m.forward(b, logits);
+    return logits;
+}
+
+std::vector<float> run_one_by_one(Model& m, const std::vector<int32_t>& ids) {
+    std::vector<float> all, one;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        Batch b;
+        b.add(ids[i], int32_t(i), 0, true);
+        m.forward(b, one);
+        all.insert(all.end(), one.begin(), one.end());
+    }
+    return all;
+}
+
+int argmax(const float* v, int64_t n) { return int(std::max_element(v, v + n) - v); }
+
+class CudaModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaModel, LogitsMatchCpuBackend) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const std::string path = test::reference_path(GetParam());
+    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    auto cpu = load_on(path, false, 64);
+    auto gpu = load_on(path, true, 64);
+    const int64_t V = cpu->hparams().n_vocab;
+    const std::vector<float> lc = run_batch(*cpu, kS7), lg = run_batch(*gpu, kS7);
+    ASSERT_EQ(lc.size(), lg.size());
+    double maxref = 0, maxdiff = 0;
+    for (size_t i = 0; i < lc.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(lg[i])) << "logit " << i;
+        maxref = std::max(maxref, double(std::fabs(lc[i])));
+        maxdiff = std::max(maxdiff, double(std::fabs(lc[i] - lg[i])));
+    }
+    std::printf("%s: max|cpu-gpu| %.3g, max|cpu| %.3g\n", GetParam().c_str(), maxdiff, maxref);
+    EXPECT_LE(maxdiff, 1e-2 * maxref);
+    for (size_t t = 0; t < kS7.size(); ++t) {
+        const float* c = &lc[t * size_t(V)];
+        std::vector<float> s(c, c + V);
+        std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<float>());
+        if (s[0] - s[1] > 2 * maxdiff) EXPECT_EQ(argmax(c, V), argmax(&lg[t * size_t(V)], V)) << "position " << t;
+    }
+
+    // The prompt at once equals token-by-token decode on the GPU.
+    auto gpu2 = load_on(path, true, 64);
+    const std::vector<float> l1 = run_one_by_one(*gpu2, kS7);
+    double d1 = 0;
+    for (size_t i = 0; i < lg.size(); ++i) d1 = std::max(d1, double(std::fabs(lg[i] - l1[i])));
+    std::printf("%s: max|batch-token_by_token| %.3g\n", GetParam().c_str(), d1);
+    EXPECT_LE(d1, 1e-3 * maxref);
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, CudaModel,
+                         ::testing::Values("tiny-qwen35.f16.gguf", "tiny-qwen35.q8_0.gguf", "tiny-qwen35.q4_k_m.gguf",
+                                           "tiny-qwen3.q4_k_m.gguf", "tiny-qwen2.q8_0.gguf", "large/tiny-qwen35.f32.gguf",
+                                           "large/tiny-qwen3.f16.gguf", "large/tiny-qwen2.f16.gguf"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                             std::string n = i.param;
+                             for (char& ch : n)
+                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                             return n;
+                         });
+
+// Greedy continuation of the f16 / f32 models equals the reference ids up to the
+// first step whose reference top-2 margin is too small to decide.
+class CudaGreedy : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaGreedy, EqualsReferenceIds) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const std::string stem = GetParam();
+    const std::string path = test::reference_path(stem + ".gguf");
+    std::string jpath = test::reference_path(stem + ".s7.json");
+    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    if (!std::ifstream(jpath).good()) jpath = test::reference_path(stem.substr(stem.find('/') + 1) + ".s7.json");
+    const nlohmann::json ref = nlohmann::json::parse(test::read_text(jpath));
+    const std::vector<int32_t> greedy = ref["greedy"].get<std::vector<int32_t>>();
+    // margin of greedy[0] is the last prompt row's; of greedy[i] the i-th decode step's
+    std::vector<double> margin = {ref["top1_top2_margin"].get<std::vector<double>>().back()};
+    for (double m : ref["greedy_top1_top2_margin"].get<std::vector<double>>()) margin.push_back(m);
+    auto gpu = load_on(path, true, 64);
+    const int64_t V = gpu->hparams().n_vocab;
+    std::vector<float> logits = run_batch(*gpu, kS7);
+    int next = argmax(&logits[(kS7.size() - 1) * size_t(V)], V);
+    int pos = int(kS7.size());
+    size_t checked = 0;
+    for (size_t i = 0; i < greedy.size(); ++i) {
+        if (i >= margin.size() || margin[i] < 0.05) break;  // undecidable at our tolerance
+        ASSERT_EQ(next, greedy[i]) << "greedy step " << i;
+        ++checked;
+        Batch b;
+        b.add(next, pos++, 0, true);
+        gpu->forward(b, logits);
+        next = argmax(logits.data(), V);
+    }
+    std::printf("%s: %zu greedy ids checked\n", stem.c_str(), checked);
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, CudaGreedy,
+                         ::testing::Values("tiny-qwen35.f16", "large/tiny-qwen35.f32", "large/tiny-qwen3.f16",
+                                           "large/tiny-qwen2.f16"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                             std::string n = i.param;
+                             for (char& ch : n)
+                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                             return n;
+                         });
+
+}  // namespace
+}  // namespace qinfer

@@ -1,0 +1,347 @@
+// CUDA backend ops against the CPU backend on the same random inputs: norms,
+// elementwise gates, RoPE, attention over the KV cache (prefill, decode, long
+// contexts that split the key range, several slots), the causal conv and the
+// gated delta rule with state carried across calls, and graph replay.
+// Skipped when there is no GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+#include "runtime/backend.h"
+
+namespace qinfer {
+namespace {
+
+bool have_gpu() { return cuda_device_count() > 0; }
+#define REQUIRE_GPU() \
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(rng);
+    return v;
+}
+
+// The same tensor on both backends.
+struct Pair {
+    Tensor c, g;
+};
+
+struct Both {
+    std::unique_ptr<Backend> cpu = make_cpu_backend(std::make_shared<ThreadPool>(2));
+    std::unique_ptr<Backend> gpu = make_cuda_backend(0);
+
+    Pair f32(const std::vector<float>& v, std::initializer_list<int64_t> ne) {
+        Pair p{cpu->alloc(GgmlType::F32, ne, "t"), gpu->alloc(GgmlType::F32, ne, "t")};
+        cpu->write(p.c, v.data(), v.size() * 4);
+        gpu->write(p.g, v.data(), v.size() * 4);
+        return p;
+    }
+    Pair zeros(GgmlType t, std::initializer_list<int64_t> ne) {
+        Pair p{cpu->alloc(t, ne, "z"), gpu->alloc(t, ne, "z")};
+        // GPU buffers are poisoned so unwritten outputs show up as NaN
+        std::vector<uint8_t> poison(p.g.nbytes(), 0xFF);
+        if (t == GgmlType::F32) gpu->write(p.g, poison.data(), poison.size());
+        return p;
+    }
+    // Max |cpu - gpu| over a (possibly strided) tensor, read whole.
+    double max_diff(const Pair& p, double* max_ref = nullptr) {
+        std::vector<float> a(p.c.nbytes() / 4), b(p.g.nbytes() / 4);
+        cpu->read(p.c, a.data(), a.size() * 4);
+        gpu->read(p.g, b.data(), b.size() * 4);
+        double m = 0, r = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+            if (!std::isfinite(b[i])) return INFINITY;
+            m = std::max(m, double(std::fabs(a[i] - b[i])));
+            r = std::max(r, double(std::fabs(a[i])));
+        }
+        if (max_ref) *max_ref = r;
+        return m;
+    }
+};
+
+Pair view2(const Pair& p, std::initializer_list<int64_t> ne, std::initializer_list<size_t> nb, size_t off = 0) {
+    return Pair{view(p.c, ne, nb, off), view(p.g, ne, nb, off)};
+}
+
+struct Steps {
+    StepInfo c, g;
+};
+
+Steps make_steps(Both& b, const std::vector<int32_t>& pos, const std::vector<int32_t>& slot, int capacity) {
+    Steps s;
+    for (StepInfo* st : {&s.c, &s.g}) {
+        Backend& be = st == &s.c ? *b.cpu : *b.gpu;
+        st->n_tokens = int(pos.size());
+        st->pos = pos;
+        st->slot = slot;
+        for (size_t t = 0; t < pos.size(); ++t) {
+            if (st->segments.empty() || st->segments.back().slot != slot[t])
+                st->segments.push_back({int32_t(t), 0, slot[t], pos[t]});
+            ++st->segments.back().count;
+        }
+        st->pos_t = be.alloc(GgmlType::I32, {capacity}, "pos");
+        st->slot_t = be.alloc(GgmlType::I32, {capacity}, "slot");
+        st->seg_t = be.alloc(GgmlType::I32, {4, capacity}, "seg");
+        be.write(st->pos_t, pos.data(), pos.size() * 4);
+        be.write(st->slot_t, slot.data(), slot.size() * 4);
+        be.write(st->seg_t, st->segments.data(), st->segments.size() * sizeof(StepInfo::Segment));
+    }
+    return s;
+}
+
+TEST(CudaOps, NormsGatesAndCopiesMatchCpu) {
+    REQUIRE_GPU();
+    Both b;
+    const int64_t d = 64, H = 3, T = 5;
+    // rows of an interleaved [q | gate] buffer, as qwen35 uses them
+    Pair qg = b.f32(randn(size_t(2 * d * H * T), 1, 3.f), {2 * d * H, T});
+    const size_t row = size_t(2 * d) * 4, tok = size_t(2 * d * H) * 4;
+    Pair q_in = view2(qg, {d, H, T}, {row, tok}, 0);
+    Pair gate = view2(qg, {d, H, T}, {row, tok}, size_t(d) * 4);
+    Pair w = b.f32(randn(size_t(d), 2), {d});
+    Pair out = b.zeros(GgmlType::F32, {d, H, T});
+    b.cpu->rms_norm(q_in.c, w.c, 1e-6f, out.c);
+    b.gpu->rms_norm(q_in.g, w.g, 1e-6f, out.g);
+    EXPECT_LT(b.max_diff(out), 1e-5);
+    b.cpu->sigmoid_mul(out.c, gate.c, out.c);
+    b.gpu->sigmoid_mul(out.g, gate.g, out.g);
+    EXPECT_LT(b.max_diff(out), 1e-5);
+
+    const int64_t E = 2560 + 3;  // block-per-row path, odd length
+    Pair x = b.f32(randn(size_t(E * T), 3, 10.f), {E, T});
+    Pair wE = b.f32(randn(size_t(E), 4), {E});
+    Pair y = b.zeros(GgmlType::F32, {E, T});
+    b.cpu->rms_norm(x.c, wE.c, 1e-6f, y.c);
+    b.gpu->rms_norm(x.g, wE.g, 1e-6f, y.g);
+    EXPECT_LT(b.max_diff(y), 1e-4);
+    b.cpu->l2_norm(x.c, 1e-6f, y.c);
+    b.gpu->l2_norm(x.g, 1e-6f, y.g);
+    EXPECT_LT(b.max_diff(y), 1e-6);
+    Pair z = b.f32(randn(size_t(E * T), 5, 2.f), {E, T});
+    b.cpu->rms_norm_gated(x.c, wE.c, z.c, 1e-6f, y.c);
+    b.gpu->rms_norm_gated(x.g, wE.g, z.g, 1e-6f, y.g);
+    EXPECT_LT(b.max_diff(y), 1e-4);
+    b.cpu->add(x.c, z.c, y.c);
+    b.gpu->add(x.g, z.g, y.g);
+    EXPECT_LT(b.max_diff(y), 1e-5);
+    b.cpu->swiglu(x.c, z.c, x.c);  // in place
+    b.gpu->swiglu(x.g, z.g, x.g);
+    EXPECT_LT(b.max_diff(x), 1e-4);
+    Pair c = b.zeros(GgmlType::F32, {d, H, T});
+    b.cpu->copy(gate.c, c.c);
+    b.gpu->copy(gate.g, c.g);
+    EXPECT_EQ(b.max_diff(c), 0.0);
+}
+
+TEST(CudaOps, RopeMatchesCpuAtLargePositions) {
+    REQUIRE_GPU();
+    Both b;
+    const int64_t d = 64, H = 4, T = 6;
+    std::vector<int32_t> pos = {0, 1, 7, 4095, 100000, 262143};
+    Steps st = make_steps(b, pos, std::vector<int32_t>(size_t(T), 0), 8);
+    for (int n_rot : {16, 64}) {
+        Pair x = b.f32(randn(size_t(d * H * T), uint32_t(10 + n_rot)), {d, H, T});
+        b.cpu->rope_neox(x.c, st.c, n_rot, 1e7f, 1.f);
+        b.gpu->rope_neox(x.g, st.g, n_rot, 1e7f, 1.f);
+        EXPECT_LT(b.max_diff(x), 2e-6) << "n_rot " << n_rot;
+    }
+}
+
+struct AttnCase {
+    int64_t d, n_head, n_kv;
+    GgmlType kv;
+};
+
+class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(CudaAttention, PrefillDecodeAndLongContextMatchCpu) {
+    REQUIRE_GPU();
+    const AttnCase ac = GetParam();
+    Both b;
+    const int64_t d = ac.d, H = ac.n_head, G = ac.n_kv, n_ctx = 2048, n_slots = 2;
+    KvCache kc{b.cpu->alloc(ac.kv, {d, G, n_ctx, n_slots}, "k"), b.cpu->alloc(ac.kv, {d, G, n_ctx, n_slots}, "v")};
+    KvCache kg{b.gpu->alloc(ac.kv, {d, G, n_ctx, n_slots}, "k"), b.gpu->alloc(ac.kv, {d, G, n_ctx, n_slots}, "v")};
+    int len[2] = {0, 0};
+    uint32_t seed = 100;
+    // (tokens of slot 0, tokens of slot 1) per call: prompts of two slots in one
+    // batch, then decode steps, then a long prompt and decode far into the cache.
+    const std::vector<std::pair<int, int>> calls = {{37, 5}, {1, 1}, {0, 1}, {1, 0}, {1400, 0}, {1, 1}, {3, 2}};
+    for (auto [n0, n1] : calls) {
+        std::vector<int32_t> pos, slot;
+        for (int i = 0; i < n0; ++i) { pos.push_back(len[0] + i); slot.push_back(0); }
+        for (int i = 0; i < n1; ++i) { pos.push_back(len[1] + i); slot.push_back(1); }
+        const int64_t T = int64_t(pos.size());
+        Steps st = make_steps(b, pos, slot, int(T));
+        Pair q = b.f32(randn(size_t(d * H * T), seed++), {d, H, T});
+        Pair k = b.f32(randn(size_t(d * G * T), seed++), {d, G, T});
+        Pair v = b.f32(randn(size_t(d * G * T), seed++), {d, G, T});
+        Pair out = b.zeros(GgmlType::F32, {d, H, T});
+        const float scale = 1.f / std::sqrt(float(d));
+        b.cpu->attention(q.c, k.c, v.c, kc, st.c, scale, out.c);
+        b.gpu->attention(q.g, k.g, v.g, kg, st.g, scale, out.g);
+        double ref = 0;
+        const double diff = b.max_diff(out, &ref);
+        EXPECT_LT(diff, 2e-5 * (ref + 1)) << "call (" << n0 << "," << n1 << ") d=" << d;
+        len[0] += n0;
+        len[1] += n1;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
+                         ::testing::Values(AttnCase{64, 4, 2, GgmlType::F16}, AttnCase{128, 8, 2, GgmlType::F16},
+                                           AttnCase{256, 8, 2, GgmlType::F16}, AttnCase{128, 4, 4, GgmlType::F32},
+                                           AttnCase{64, 7, 1, GgmlType::F32}),
+                         [](const ::testing::TestParamInfo<AttnCase>& i) {
+                             return "d" + std::to_string(i.param.d) + "_h" + std::to_string(i.param.n_head) + "_kv" +
+                                    std::to_string(i.param.n_kv) + "_" + type_name(i.param.kv);
+                         });
+
+class CudaDeltaNet : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(CudaDeltaNet, ConvAndDeltaRuleMatchCpuAcrossCalls) {
+    REQUIRE_GPU();
+    Both b;
+    const int64_t dk = GetParam(), Hk = 2, Hv = 4, Kc = 4, n_slots = 2;
+    const int64_t C = 2 * Hk * dk + Hv * dk;
+    RecurrentState rc{b.cpu->alloc(GgmlType::F32, {C, Kc - 1, n_slots}, "conv"),
+                      b.cpu->alloc(GgmlType::F32, {dk, dk, Hv, n_slots}, "S")};
+    RecurrentState rg{b.gpu->alloc(GgmlType::F32, {C, Kc - 1, n_slots}, "conv"),
+                      b.gpu->alloc(GgmlType::F32, {dk, dk, Hv, n_slots}, "S")};
+    Pair w = b.f32(randn(size_t(Kc * C), 50, 0.3f), {Kc, C});
+    std::vector<float> dtb = randn(size_t(Hv), 51, 0.25f), A(size_t(Hv));
+    for (float& x : dtb) x -= 1.f;
+    for (int64_t j = 0; j < Hv; ++j) A[size_t(j)] = -std::exp(0.4f * float(j));
+    Pair dt = b.f32(dtb, {Hv}), sa = b.f32(A, {Hv});
+    int len[2] = {0, 0};
+    uint32_t seed = 60;
+    for (auto [n0, n1] : std::vector<std::pair<int, int>>{{9, 3}, {1, 1}, {0, 2}, {70, 0}, {1, 1}}) {
+        std::vector<int32_t> pos, slot;
+        for (int i = 0; i < n0; ++i) { pos.push_back(len[0] + i); slot.push_back(0); }
+        for (int i = 0; i < n1; ++i) { pos.push_back(len[1] + i); slot.push_back(1); }
+        const int64_t T = int64_t(pos.size());
+        Steps st = make_steps(b, pos, slot, int(T));
+        Pair m = b.f32(randn(size_t(C * T), seed++), {C, T});
+        Pair u = b.zeros(GgmlType::F32, {C, T});
+        b.cpu->conv1d_silu(m.c, w.c, rc, st.c, u.c);
+        b.gpu->conv1d_silu(m.g, w.g, rg, st.g, u.g);
+        EXPECT_LT(b.max_diff(u), 1e-5);
+        const size_t tok = size_t(C) * 4;
+        Pair q = view2(u, {dk, Hk, T}, {size_t(dk) * 4, tok}, 0);
+        Pair k = view2(u, {dk, Hk, T}, {size_t(dk) * 4, tok}, size_t(Hk * dk) * 4);
+        Pair v = view2(u, {dk, Hv, T}, {size_t(dk) * 4, tok}, size_t(2 * Hk * dk) * 4);
+        b.cpu->l2_norm(q.c, 1e-6f, q.c);
+        b.gpu->l2_norm(q.g, 1e-6f, q.g);
+        b.cpu->l2_norm(k.c, 1e-6f, k.c);
+        b.gpu->l2_norm(k.g, 1e-6f, k.g);
+        Pair a = b.f32(randn(size_t(Hv * T), seed++), {Hv, T});
+        Pair bb = b.f32(randn(size_t(Hv * T), seed++), {Hv, T});
+        Pair o = b.zeros(GgmlType::F32, {dk, Hv, T});
+        b.cpu->gated_delta_rule(q.c, k.c, v.c, a.c, bb.c, dt.c, sa.c, rc, st.c, o.c);
+        b.gpu->gated_delta_rule(q.g, k.g, v.g, a.g, bb.g, dt.g, sa.g, rg, st.g, o.g);
+        double ref = 0;
+        EXPECT_LT(b.max_diff(o, &ref), 1e-5 * (ref + 1)) << "call (" << n0 << "," << n1 << ")";
+        EXPECT_LT(b.max_diff(Pair{rc.S, rg.S}), 1e-5) << "state after (" << n0 << "," << n1 << ")";
+        EXPECT_LT(b.max_diff(Pair{rc.conv, rg.conv}), 0.0 + 1e-7);
+        len[0] += n0;
+        len[1] += n1;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaDeltaNet, ::testing::Values(32, 64, 128));
+
+// Quantized weight uploaded to both backends.
+Pair qweight(Both& b, GgmlType t, int64_t K, int64_t N, uint32_t seed, std::vector<uint8_t>& keep) {
+    const std::vector<float> wf = randn(size_t(K * N), seed, 0.3f);
+    const size_t rb = row_bytes(t, K);
+    keep.resize(rb * size_t(N));
+    for (int64_t n = 0; n < N; ++n) quantize_row(t, &wf[size_t(n * K)], &keep[rb * size_t(n)], K);
+    gguf::TensorInfo ti;
+    ti.name = "w";
+    ti.type = t;
+    ti.n_dims = 2;
+    ti.ne[0] = K;
+    ti.ne[1] = N;
+    ti.nbytes = keep.size();
+    ti.data = keep.data();
+    Pair p{b.cpu->upload_weight(ti), b.gpu->upload_weight(ti)};
+    b.gpu->synchronize();
+    return p;
+}
+
+// Projections sharing an input run as one launch and the residual add after the
+// last one becomes its epilogue; the results are those of the ops one by one.
+TEST(CudaOps, FusedProjectionsAndResidualMatchCpu) {
+    REQUIRE_GPU();
+    Both b;
+    const int64_t E = 512, N1 = 384, N2 = 256, N3 = 32;
+    std::vector<uint8_t> k1, k2, k3, k4;
+    Pair w1 = qweight(b, GgmlType::Q4_K, E, N1, 1, k1), w2 = qweight(b, GgmlType::Q6_K, E, N2, 2, k2);
+    Pair w3 = qweight(b, GgmlType::Q4_K, E, N3, 3, k3), wo = qweight(b, GgmlType::Q8_0, N1, E, 4, k4);
+    for (int64_t T : {1, 3, 8}) {
+        Pair x = b.f32(randn(size_t(E * T), uint32_t(10 + T)), {E, T});
+        Pair r = b.f32(randn(size_t(E * T), uint32_t(20 + T)), {E, T});
+        Pair y1 = b.zeros(GgmlType::F32, {N1, T}), y2 = b.zeros(GgmlType::F32, {N2, T}), y3 = b.zeros(GgmlType::F32, {N3, T});
+        Pair o = b.zeros(GgmlType::F32, {E, T});
+        for (Backend* be : {b.cpu.get(), b.gpu.get()}) {
+            const bool g = be == b.gpu.get();
+            auto pick = [&](const Pair& p) { return g ? p.g : p.c; };
+            be->matmul(pick(w1), pick(x), pick(y1), nullptr);
+            be->matmul(pick(w2), pick(x), pick(y2), nullptr);
+            be->matmul(pick(w3), pick(x), pick(y3), nullptr);
+            be->matmul(pick(wo), pick(y1), pick(o), nullptr);
+            be->add(pick(r), pick(o), pick(r));
+        }
+        double ref = 0;
+        EXPECT_LT(b.max_diff(y1, &ref), 1e-4 * (ref + 1)) << "T=" << T;
+        EXPECT_LT(b.max_diff(y2, &ref), 1e-4 * (ref + 1)) << "T=" << T;
+        EXPECT_LT(b.max_diff(y3, &ref), 1e-4 * (ref + 1)) << "T=" << T;
+        EXPECT_LT(b.max_diff(o, &ref), 1e-4 * (ref + 1)) << "T=" << T;
+        EXPECT_LT(b.max_diff(r, &ref), 1e-4 * (ref + 1)) << "T=" << T;
+    }
+}
+
+// A recorded step replays with new inputs and gives what eager execution gives.
+TEST(CudaGraphs, ReplayEqualsEagerWithNewInputs) {
+    REQUIRE_GPU();
+    Both b;
+    const int64_t E = 256, N = 320, T = 1;
+    std::vector<float> wf = randn(size_t(N * E), 70);
+    Pair w = b.f32(wf, {E, N});
+    Pair nw = b.f32(randn(size_t(E), 71), {E});
+    Pair x = b.f32(randn(size_t(E * T), 72), {E, T});
+    Pair h = b.zeros(GgmlType::F32, {E, T});
+    Pair y = b.zeros(GgmlType::F32, {N, T});
+    Tensor ids = b.gpu->alloc(GgmlType::I32, {T}, "ids");
+    for (int step = 0; step < 5; ++step) {
+        std::vector<float> xv = randn(size_t(E * T), uint32_t(80 + step));
+        b.cpu->write(x.c, xv.data(), xv.size() * 4);
+        b.gpu->write(x.g, xv.data(), xv.size() * 4);
+        b.cpu->rms_norm(x.c, nw.c, 1e-6f, h.c);
+        b.cpu->matmul(w.c, h.c, y.c, nullptr);
+        if (b.gpu->begin_graph(7)) {
+            b.gpu->rms_norm(x.g, nw.g, 1e-6f, h.g);
+            b.gpu->matmul(w.g, h.g, y.g, nullptr);
+            b.gpu->argmax(y.g, ids);
+        }
+        b.gpu->end_graph();
+        double ref = 0;
+        EXPECT_LT(b.max_diff(y, &ref), 1e-5 * (ref + 1)) << "step " << step;
+        std::vector<float> yc(static_cast<size_t>(N));
+        b.cpu->read(y.c, yc.data(), yc.size() * 4);
+        int32_t id = -1;
+        b.gpu->read(ids, &id, 4);
+        EXPECT_EQ(id, int32_t(std::max_element(yc.begin(), yc.end()) - yc.begin())) << "step " << step;
+    }
+}
+
+}  // namespace
+}  // namespace qinfer

@@ -1,0 +1,417 @@
+// Every backend op against a plain host implementation of its definition
+// (runtime/backend.h, spec/models.md), through the Backend interface only, so
+// the same checks run on each backend of the build (CPU always, CUDA when a GPU
+// is present). Shapes are small but include the awkward cases: strided views,
+// partial RoPE, GQA, several slots and segments in one step, state carried
+// across calls.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "common/fp16.h"
+#include "common/thread_pool.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+#include "runtime/backend.h"
+
+namespace qinfer {
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = u(rng);
+    return v;
+}
+
+Tensor upload(Backend& be, const std::vector<float>& v, std::initializer_list<int64_t> ne, const char* name = "t") {
+    Tensor t = be.alloc(GgmlType::F32, ne, name);
+    EXPECT_EQ(size_t(t.n_elements()), v.size());
+    be.write(t, v.data(), v.size() * 4);
+    return t;
+}
+
+Tensor upload_i32(Backend& be, const std::vector<int32_t>& v) {
+    Tensor t = be.alloc(GgmlType::I32, {int64_t(v.size())}, "i32");
+    be.write(t, v.data(), v.size() * 4);
+    return t;
+}
+
+std::vector<float> download(Backend& be, const Tensor& t) {
+    std::vector<float> v(size_t(t.n_elements()));
+    be.read(t, v.data(), v.size() * 4);
+    return v;
+}
+
+void expect_near_all(const std::vector<float>& got, const std::vector<double>& want, double tol, const char* what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double d = std::fabs(double(got[i]) - want[i]) / std::max(1.0, std::fabs(want[i]));
+        if (d > worst) worst = d, at = i;
+    }
+    EXPECT_LE(worst, tol) << what << ": element " << at << " got " << got[at] << " want " << want[at];
+}
+
+// Step metadata for a batch made of (slot, pos0, count) segments.
+StepInfo make_step(Backend& be, const std::vector<StepInfo::Segment>& segs) {
+    StepInfo st;
+    for (const StepInfo::Segment& sg : segs) {
+        StepInfo::Segment s = sg;
+        s.first = st.n_tokens;
+        st.segments.push_back(s);
+        for (int i = 0; i < sg.count; ++i) {
+            st.pos.push_back(sg.pos0 + i);
+            st.slot.push_back(sg.slot);
+        }
+        st.n_tokens += sg.count;
+    }
+    st.pos_t = upload_i32(be, st.pos);
+    st.slot_t = upload_i32(be, st.slot);
+    std::vector<int32_t> seg;
+    for (const StepInfo::Segment& s : st.segments) seg.insert(seg.end(), {s.first, s.count, s.slot, s.pos0});
+    st.seg_t = be.alloc(GgmlType::I32, {4, int64_t(st.segments.size())}, "segments");
+    be.write(st.seg_t, seg.data(), seg.size() * 4);
+    return st;
+}
+
+std::vector<std::unique_ptr<Backend>> backends() {
+    std::vector<std::unique_ptr<Backend>> out;
+    out.push_back(make_cpu_backend(std::make_shared<ThreadPool>(2)));
+    if (cuda_device_count() > 0) out.push_back(make_cuda_backend(0));
+    return out;
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double silu(double x) { return x * sigmoid(x); }
+
+TEST(RuntimeOps, NormsOnStridedViews) {
+    const int64_t d = 16, H = 3, T = 2;
+    for (auto& bp : backends()) {
+        Backend& be = *bp;
+        // x holds per head [a (d) | b (d)]: the norms read the a halves only.
+        const std::vector<float> xs = random_vec(size_t(2 * d * H * T), 1);
+        const std::vector<float> ws = random_vec(size_t(d), 2, 0.5f, 1.5f);
+        const std::vector<float> zs = random_vec(size_t(d * H * T), 3);
+        Tensor x = upload(be, xs, {2 * d, H, T});
+        Tensor w = upload(be, ws, {d});
+        Tensor z = upload(be, zs, {d, H, T});
+        Tensor a = view(x, {d, H, T}, {x.nb[1], x.nb[2]}, 0);
+        Tensor y1 = be.alloc(GgmlType::F32, {d, H, T}), y2 = be.alloc(GgmlType::F32, {d, H, T});
+        Tensor y3 = be.alloc(GgmlType::F32, {d, H, T}), y4 = be.alloc(GgmlType::F32, {d, H, T});
+        be.rms_norm(a, w, 1e-6f, y1);
+        be.l2_norm(a, 1e-6f, y2);
+        be.rms_norm_gated(a, w, z, 1e-6f, y3);
+        be.sigmoid_mul(z, a, y4);
+        std::vector<double> r1, r2, r3, r4;
+        for (int64_t r = 0; r < H * T; ++r) {
+            const float* row = &xs[size_t(r * 2 * d)];
+            double ss = 0;
+            for (int64_t i = 0; i < d; ++i) ss += double(row[i]) * row[i];
+            const double rms = 1.0 / std::sqrt(ss / double(d) + 1e-6), l2 = 1.0 / std::max(std::sqrt(ss), 1e-6);
+            for (int64_t i = 0; i < d; ++i) {
+                const double zi = zs[size_t(r * d + i)];
+                r1.push_back(row[i] * rms * ws[size_t(i)]);
+                r2.push_back(row[i] * l2);
+                r3.push_back(row[i] * rms * ws[size_t(i)] * silu(zi));
+                r4.push_back(zi * sigmoid(row[i]));
+            }
+        }
+        expect_near_all(download(be, y1), r1, 1e-5, "rms_norm");
+        expect_near_all(download(be, y2), r2, 1e-5, "l2_norm");
+        expect_near_all(download(be, y3), r3, 1e-5, "rms_norm_gated");
+        expect_near_all(download(be, y4), r4, 1e-5, "sigmoid_mul");
+        // In place on the strided view leaves the b halves alone.
+        be.rms_norm(a, w, 1e-6f, a);
+        const std::vector<float> after = download(be, x);
+        for (int64_t r = 0; r < H * T; ++r)
+            for (int64_t i = 0; i < d; ++i) {
+                EXPECT_NEAR(after[size_t(r * 2 * d + i)], r1[size_t(r * d + i)], 1e-5);
+                EXPECT_EQ(after[size_t(r * 2 * d + d + i)], xs[size_t(r * 2 * d + d + i)]);
+            }
+        // copy: strided -> contiguous
+        Tensor c = be.alloc(GgmlType::F32, {d, H, T});
+        be.copy(view(x, {d, H, T}, {x.nb[1], x.nb[2]}, size_t(d) * 4), c);
+        std::vector<double> want;
+        for (int64_t r = 0; r < H * T; ++r)
+            for (int64_t i = 0; i < d; ++i) want.push_back(xs[size_t(r * 2 * d + d + i)]);
+        expect_near_all(download(be, c), want, 0, "copy");
+    }
+}
+
+TEST(RuntimeOps, ElementwiseAndMatmul) {
+    const int64_t K = 64, N = 24;
+    for (auto& bp : backends()) {
+        Backend& be = *bp;
+        for (int64_t T : {1, 5}) {
+            const std::vector<float> ws = random_vec(size_t(K * N), 4), xs = random_vec(size_t(K * T), 5),
+                                     bs = random_vec(size_t(N), 6);
+            Tensor w = upload(be, ws, {K, N}), x = upload(be, xs, {K, T}), b = upload(be, bs, {N});
+            Tensor y = be.alloc(GgmlType::F32, {N, T});
+            be.matmul(w, x, y, &b);
+            std::vector<double> want;
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t o = 0; o < N; ++o) {
+                    double s = bs[size_t(o)];
+                    for (int64_t k = 0; k < K; ++k) s += double(ws[size_t(o * K + k)]) * xs[size_t(t * K + k)];
+                    want.push_back(s);
+                }
+            expect_near_all(download(be, y), want, 1e-5, "matmul+bias");
+
+            Tensor s = be.alloc(GgmlType::F32, {K, T}), g = be.alloc(GgmlType::F32, {K, T});
+            const std::vector<float> us = random_vec(size_t(K * T), 7);
+            Tensor u = upload(be, us, {K, T});
+            be.add(x, u, s);
+            be.swiglu(x, u, g);
+            std::vector<double> ws_, wg;
+            for (size_t i = 0; i < us.size(); ++i) {
+                ws_.push_back(double(xs[i]) + us[i]);
+                wg.push_back(silu(xs[i]) * us[i]);
+            }
+            expect_near_all(download(be, s), ws_, 1e-6, "add");
+            expect_near_all(download(be, g), wg, 1e-5, "swiglu");
+        }
+    }
+}
+
+TEST(RuntimeOps, GetRowsDequantizes) {
+    const int64_t E = 64, V = 5;
+    const std::vector<float> src = random_vec(size_t(E * V), 8);
+    std::vector<uint8_t> q(row_bytes(GgmlType::Q8_0, E) * size_t(V));
+    for (int64_t r = 0; r < V; ++r)
+        quantize_row(GgmlType::Q8_0, &src[size_t(r * E)], &q[size_t(r) * row_bytes(GgmlType::Q8_0, E)], E);
+    gguf::TensorInfo ti;
+    ti.name = "token_embd.weight";
+    ti.type = GgmlType::Q8_0;
+    ti.n_dims = 2;
+    ti.ne[0] = E;
+    ti.ne[1] = V;
+    ti.nbytes = q.size();
+    ti.data = q.data();
+    for (auto& bp : backends()) {
+        Backend& be = *bp;
+        Tensor w = be.upload_weight(ti);
+        const std::vector<int32_t> ids = {3, 0, 3, 4};
+        Tensor out = be.alloc(GgmlType::F32, {E, int64_t(ids.size())});
+        be.get_rows(w, upload_i32(be, ids), out);
+        std::vector<double> want;
+        std::vector<float> row(size_t(E));
+        for (int32_t id : ids) {
+            dequantize_row(GgmlType::Q8_0, &q[size_t(id) * row_bytes(GgmlType::Q8_0, E)], row.data(), E);
+            want.insert(want.end(), row.begin(), row.end());
+        }
+        expect_near_all(download(be, out), want, 0, "get_rows q8_0");
+    }
+}
+
+TEST(RuntimeOps, PartialRopeNeox) {
+    const int64_t d = 32, H = 2;
+    const int n_rot = 8;
+    const float base = 1e7f;
+    for (auto& bp : backends()) {
+        Backend& be = *bp;
+        StepInfo st = make_step(be, {{0, 1, 0, 0}, {0, 2, 1, 99998}});  // positions 0, 99998, 99999
+        const int64_t T = st.n_tokens;
+        const std::vector<float> xs = random_vec(size_t(d * H * T), 9);
+        Tensor x = upload(be, xs, {d, H, T});
+        be.rope_neox(x, st, n_rot, base, 1.f);
+        std::vector<double> want(xs.begin(), xs.end());
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t h = 0; h < H; ++h) {
+                double* v = &want[size_t((t * H + h) * d)];
+                for (int i = 0; i < n_rot / 2; ++i) {
+                    const double th = st.pos[size_t(t)] * std::pow(double(base), -2.0 * i / n_rot);
+                    const double a = v[i], b = v[i + n_rot / 2];
+                    v[i] = a * std::cos(th) - b * std::sin(th);
+                    v[i + n_rot / 2] = a * std::sin(th) + b * std::cos(th);
+                }
+            }
+        expect_near_all(download(be, x), want, 2e-5, "rope");
+    }
+}
+
+// Host attention over a host copy of the cache, for any sequence of steps.
+struct HostAttention {
+    int64_t d, n_head, n_kv;
+    bool f16;
+    std::map<std::pair<int, int>, std::vector<double>> K, V;  // (slot, pos) -> n_kv * d
+
+    std::vector<double> step(const StepInfo& st, const std::vector<float>& q, const std::vector<float>& k,
+                             const std::vector<float>& v, double scale) {
+        auto round = [&](float x) { return f16 ? double(fp16_to_fp32(fp32_to_fp16(x))) : double(x); };
+        for (int t = 0; t < st.n_tokens; ++t) {
+            auto& kr = K[{st.slot[size_t(t)], st.pos[size_t(t)]}];
+            auto& vr = V[{st.slot[size_t(t)], st.pos[size_t(t)]}];
+            kr.clear();
+            vr.clear();
+            for (int64_t i = 0; i < n_kv * d; ++i) {
+                kr.push_back(round(k[size_t(t * n_kv * d + i)]));
+                vr.push_back(round(v[size_t(t * n_kv * d + i)]));
+            }
+        }
+        std::vector<double> out;
+        for (int t = 0; t < st.n_tokens; ++t)
+            for (int64_t h = 0; h < n_head; ++h) {
+                const int64_t g = h / (n_head / n_kv);
+                const float* qh = &q[size_t((t * n_head + h) * d)];
+                std::vector<double> s;
+                for (int j = 0; j <= st.pos[size_t(t)]; ++j) {
+                    const auto& kr = K.at({st.slot[size_t(t)], j});
+                    double dot = 0;
+                    for (int64_t e = 0; e < d; ++e) dot += qh[e] * kr[size_t(g * d + e)];
+                    s.push_back(dot * scale);
+                }
+                const double mx = *std::max_element(s.begin(), s.end());
+                double sum = 0;
+                for (double& x : s) sum += (x = std::exp(x - mx));
+                for (int64_t e = 0; e < d; ++e) {
+                    double acc = 0;
+                    for (size_t j = 0; j < s.size(); ++j) acc += s[j] / sum * V.at({st.slot[size_t(t)], int(j)})[size_t(g * d + e)];
+                    out.push_back(acc);
+                }
+            }
+        return out;
+    }
+};
+
+TEST(RuntimeOps, AttentionGqaSlotsAndSteps) {
+    const int64_t d = 32, n_head = 4, n_kv = 2, n_ctx = 8, n_slots = 2;
+    for (GgmlType kv : {GgmlType::F32, GgmlType::F16}) {
+        for (auto& bp : backends()) {
+            Backend& be = *bp;
+            KvCache cache{be.alloc(kv, {d, n_kv, n_ctx, n_slots}), be.alloc(kv, {d, n_kv, n_ctx, n_slots})};
+            HostAttention ref{d, n_head, n_kv, kv == GgmlType::F16, {}, {}};
+            // step 1: slot 1 prompt of 3, slot 0 prompt of 2; step 2: one token each; step 3: slot 0 chunk of 4.
+            const std::vector<std::vector<StepInfo::Segment>> steps = {
+                {{0, 3, 1, 0}, {0, 2, 0, 0}}, {{0, 1, 0, 2}, {0, 1, 1, 3}}, {{0, 4, 0, 3}}};
+            uint32_t seed = 20;
+            for (const auto& segs : steps) {
+                StepInfo st = make_step(be, segs);
+                const int64_t T = st.n_tokens;
+                const std::vector<float> q = random_vec(size_t(d * n_head * T), seed++, -2, 2),
+                                         k = random_vec(size_t(d * n_kv * T), seed++, -2, 2),
+                                         v = random_vec(size_t(d * n_kv * T), seed++);
+                Tensor out = be.alloc(GgmlType::F32, {d, n_head, T});
+                be.attention(upload(be, q, {d, n_head, T}), upload(be, k, {d, n_kv, T}), upload(be, v, {d, n_kv, T}),
+                             cache, st, 0.25f, out);
+                expect_near_all(download(be, out), ref.step(st, q, k, v, 0.25), kv == GgmlType::F16 ? 2e-3 : 1e-5,
+                                kv == GgmlType::F16 ? "attention f16 cache" : "attention f32 cache");
+            }
+        }
+    }
+}
+
+// Host Gated DeltaNet: conv + SiLU with state, then the delta rule of spec §5.6
+// literally (decay, S k, delta, rank-1 update, read-out), in double.
+struct HostDeltaNet {
+    int64_t C, K, dk, Hk, Hv;
+    std::map<int, std::vector<double>> conv, S;  // per slot
+
+    void conv_step(const StepInfo& st, const std::vector<float>& x, const std::vector<float>& w, std::vector<double>& out) {
+        out.assign(x.size(), 0);
+        for (const StepInfo::Segment& sg : st.segments) {
+            auto& cs = conv[sg.slot];
+            cs.resize(size_t((K - 1) * C), 0.0);
+            std::vector<double> win(cs);  // rows of C, oldest first
+            for (int t = 0; t < sg.count; ++t)
+                for (int64_t c = 0; c < C; ++c) win.push_back(x[size_t((sg.first + t) * C + c)]);
+            for (int t = 0; t < sg.count; ++t)
+                for (int64_t c = 0; c < C; ++c) {
+                    double acc = 0;
+                    for (int64_t r = 0; r < K; ++r) acc += w[size_t(c * K + r)] * win[size_t((t + r) * C + c)];
+                    out[size_t((sg.first + t) * C + c)] = silu(acc);
+                }
+            cs.assign(win.end() - (K - 1) * C, win.end());
+        }
+    }
+
+    std::vector<double> rule(const StepInfo& st, const std::vector<float>& q, const std::vector<float>& k,
+                             const std::vector<float>& v, const std::vector<float>& a, const std::vector<float>& b,
+                             const std::vector<float>& dtb, const std::vector<float>& A) {
+        const int64_t dv = dk;
+        std::vector<double> out(size_t(st.n_tokens * Hv * dv));
+        for (const StepInfo::Segment& sg : st.segments) {
+            auto& s = S[sg.slot];
+            s.resize(size_t(Hv * dv * dk), 0.0);
+            for (int t = sg.first; t < sg.first + sg.count; ++t)
+                for (int64_t j = 0; j < Hv; ++j) {
+                    const int64_t kh = j % Hk;
+                    const double x = a[size_t(t * Hv + j)] + dtb[size_t(j)];
+                    const double g = (x > 20 ? x : std::log1p(std::exp(x))) * A[size_t(j)];
+                    const double alpha = std::exp(g), beta = sigmoid(b[size_t(t * Hv + j)]);
+                    const float* kt = &k[size_t((t * Hk + kh) * dk)];
+                    const float* qt = &q[size_t((t * Hk + kh) * dk)];
+                    double* Sj = &s[size_t(j * dv * dk)];
+                    for (int64_t i = 0; i < dv * dk; ++i) Sj[i] *= alpha;
+                    for (int64_t r = 0; r < dv; ++r) {
+                        double sk = 0;
+                        for (int64_t c = 0; c < dk; ++c) sk += Sj[r * dk + c] * kt[c];
+                        const double delta = beta * (v[size_t((t * Hv + j) * dv + r)] - sk);
+                        for (int64_t c = 0; c < dk; ++c) Sj[r * dk + c] += delta * kt[c];
+                        double o = 0;
+                        for (int64_t c = 0; c < dk; ++c) o += Sj[r * dk + c] * qt[c] / std::sqrt(double(dk));
+                        out[size_t((t * Hv + j) * dv + r)] = o;
+                    }
+                }
+        }
+        return out;
+    }
+};
+
+std::vector<float> l2_normalized(std::vector<float> v, int64_t n) {
+    for (size_t r = 0; r < v.size() / size_t(n); ++r) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; ++i) ss += double(v[r * size_t(n) + size_t(i)]) * v[r * size_t(n) + size_t(i)];
+        for (int64_t i = 0; i < n; ++i) v[r * size_t(n) + size_t(i)] = float(v[r * size_t(n) + size_t(i)] / std::sqrt(ss));
+    }
+    return v;
+}
+
+TEST(RuntimeOps, GatedDeltaNetSegmentsAndCarriedState) {
+    const int64_t dk = 16, Hk = 2, Hv = 4, K = 4, n_slots = 3;
+    const int64_t C = 2 * Hk * dk + Hv * dk;
+    for (auto& bp : backends()) {
+        Backend& be = *bp;
+        RecurrentState rs{be.alloc(GgmlType::F32, {C, K - 1, n_slots}), be.alloc(GgmlType::F32, {dk, dk, Hv, n_slots})};
+        HostDeltaNet ref{C, K, dk, Hk, Hv, {}, {}};
+        const std::vector<float> w = random_vec(size_t(K * C), 30), dtb = random_vec(size_t(Hv), 31, -1.5f, -0.5f),
+                                 A = random_vec(size_t(Hv), 32, -8.f, -0.5f);
+        Tensor wt = upload(be, w, {K, C}), dtbt = upload(be, dtb, {Hv}), At = upload(be, A, {Hv});
+        // Segments shorter and longer than the conv window, two slots per step, carried over.
+        const std::vector<std::vector<StepInfo::Segment>> steps = {
+            {{0, 2, 2, 0}, {0, 5, 0, 0}}, {{0, 1, 0, 5}, {0, 1, 2, 2}}, {{0, 6, 2, 3}}};
+        uint32_t seed = 40;
+        for (const auto& segs : steps) {
+            StepInfo st = make_step(be, segs);
+            const int64_t T = st.n_tokens;
+            const std::vector<float> x = random_vec(size_t(C * T), seed++);
+            Tensor xt = upload(be, x, {C, T}), u = be.alloc(GgmlType::F32, {C, T});
+            be.conv1d_silu(xt, wt, rs, st, u);
+            std::vector<double> want_u;
+            ref.conv_step(st, x, w, want_u);
+            expect_near_all(download(be, u), want_u, 1e-5, "conv1d_silu");
+
+            const std::vector<float> q = l2_normalized(random_vec(size_t(dk * Hk * T), seed++), dk),
+                                     k = l2_normalized(random_vec(size_t(dk * Hk * T), seed++), dk),
+                                     v = random_vec(size_t(dk * Hv * T), seed++),
+                                     a = random_vec(size_t(Hv * T), seed++, -3, 3),
+                                     b = random_vec(size_t(Hv * T), seed++, -3, 3);
+            Tensor o = be.alloc(GgmlType::F32, {dk, Hv, T});
+            be.gated_delta_rule(upload(be, q, {dk, Hk, T}), upload(be, k, {dk, Hk, T}), upload(be, v, {dk, Hv, T}),
+                                upload(be, a, {Hv, T}), upload(be, b, {Hv, T}), dtbt, At, rs, st, o);
+            expect_near_all(download(be, o), ref.rule(st, q, k, v, a, b, dtb, A), 1e-5, "gated_delta_rule");
+        }
+        // Slot 1 was never touched: its state is still zero.
+        std::vector<float> S(size_t(dk * dk * Hv * n_slots));
+        be.read(rs.S, S.data(), S.size() * 4);
+        for (int64_t i = 0; i < dk * dk * Hv; ++i) ASSERT_EQ(S[size_t(dk * dk * Hv + i)], 0.f);
+    }
+}
+
+}  // namespace
+}  // namespace qinfer
