@@ -336,7 +336,8 @@ TEST(CudaQuantize, BitIdenticalToReferenceQuantizers) {
     const int64_t K = 1024, T = 3;
     std::vector<float> x = random_floats(size_t(K * T), 21, 3.f);
     std::fill(x.begin() + 256, x.begin() + 512, 0.f);  // zero blocks
-    x[600] = -x[601] = 9.f;                             // |max| tie with opposite signs: first one wins
+    x[600] = 9.f;  // |max| tie with opposite signs: the first one wins
+    x[601] = -9.f;
     // a block with amax 127 (d = 1): halves are exact ties, rounded to even
     for (int i = 0; i < 32; ++i) x[size_t(K + 32 * 5 + i)] = float(i) - 15.5f;
     x[size_t(K + 32 * 5)] = 127.f;

@@ -5,7 +5,9 @@
 // equal the reference ids. Skipped without a GPU or without reference data.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -79,7 +81,9 @@ TEST_P(CudaModel, LogitsMatchCpuBackend) {
         const float* c = &lc[t * size_t(V)];
         std::vector<float> s(c, c + V);
         std::partial_sort(s.begin(), s.begin() + 2, s.end(), std::greater<float>());
-        if (s[0] - s[1] > 2 * maxdiff) EXPECT_EQ(argmax(c, V), argmax(&lg[t * size_t(V)], V)) << "position " << t;
+        if (s[0] - s[1] > 2 * maxdiff) {
+            EXPECT_EQ(argmax(c, V), argmax(&lg[t * size_t(V)], V)) << "position " << t;
+        }
     }
 
     // The prompt at once equals token-by-token decode on the GPU.

@@ -217,7 +217,7 @@ TEST_P(CudaDeltaNet, ConvAndDeltaRuleMatchCpuAcrossCalls) {
     RecurrentState rg{b.gpu->alloc(GgmlType::F32, {C, Kc - 1, n_slots}, "conv"),
                       b.gpu->alloc(GgmlType::F32, {dk, dk, Hv, n_slots}, "S")};
     Pair w = b.f32(randn(size_t(Kc * C), 50, 0.3f), {Kc, C});
-    std::vector<float> dtb = randn(size_t(Hv), 51, 0.25f), A(size_t(Hv));
+    std::vector<float> dtb = randn(size_t(Hv), 51, 0.25f), A(static_cast<size_t>(Hv));
     for (float& x : dtb) x -= 1.f;
     for (int64_t j = 0; j < Hv; ++j) A[size_t(j)] = -std::exp(0.4f * float(j));
     Pair dt = b.f32(dtb, {Hv}), sa = b.f32(A, {Hv});
