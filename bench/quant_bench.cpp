@@ -8,6 +8,7 @@
 // Run: build/bench/quant_bench --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -86,7 +87,7 @@ void BM_Matvec(benchmark::State& st) {
 // kernel, to compare with the DRAM numbers above.
 void BM_MatvecL2(benchmark::State& st) {
     const auto t = GgmlType(st.range(0));
-    const int64_t K = 2560, N = 64;
+    const int64_t K = 2560, N = std::max<int64_t>(16, int64_t((384 << 10) / row_bytes(t, K)));
     const Weights& w = weights(t, K, N, false);
     std::vector<float> x(static_cast<size_t>(K), 0.5f), y(static_cast<size_t>(N));
     for (auto _ : st) {
