@@ -117,12 +117,10 @@ TEST(TokenizerRoundTrip, LongLinesWithoutSpacesAreNotQuadratic) {
     std::string cjk;
     while (cjk.size() < n) cjk += "\xe6\x95\x8f\xe6\x8d\xb7\xe7\x9a\x84\xe6\xa3\x95\xe8\x89\xb2\xe7\x8b\x90\xe7\x8b\xb8";
     std::mt19937 rng(5);
-    std::string letters(n, 'a');
-    for (char& c : letters) c = char('a' + rng() % 26);
     std::string bytes(n, '\0');
     for (char& c : bytes) c = char(0x80 + rng() % 64);  // continuation bytes only: all invalid
     const std::pair<const char*, std::string> inputs[] = {
-        {"one letter", std::string(n, 'a')}, {"random letters", letters}, {"cjk", cjk},
+        {"one letter", std::string(n, 'a')}, {"cjk", cjk},
         {"spaces", std::string(n, ' ')},    {"punctuation", std::string(n, '!')}, {"invalid bytes", bytes},
         {"digits", std::string(n, '7')},
     };
