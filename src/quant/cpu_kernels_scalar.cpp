@@ -26,11 +26,12 @@ struct KDecoded {
     float dA, dB;
 };
 
+// Decoders in loop-nest form (no per-element div/mod) so that compilers
+// vectorize them for the baseline ISA: this is the only path on non-x86 CPUs.
 void decode(const block_q2_K& b, KDecoded& k) {
-    for (int e = 0; e < QK_K; ++e) {
-        const int h = e / 128, kk = (e % 128) / 32, l = e % 32;
-        k.u[e] = uint8_t((b.qs[32 * h + l] >> (2 * kk)) & 3);
-    }
+    for (int h = 0; h < 2; ++h)
+        for (int kk = 0; kk < 4; ++kk)
+            for (int l = 0; l < 32; ++l) k.u[128 * h + 32 * kk + l] = uint8_t((b.qs[32 * h + l] >> (2 * kk)) & 3);
     for (int g = 0; g < 16; ++g) {
         k.sc[g] = int8_t(b.scales[g] & 0xF);
         k.mn[g] = int8_t(b.scales[g] >> 4);
@@ -40,12 +41,15 @@ void decode(const block_q2_K& b, KDecoded& k) {
 }
 
 void decode(const block_q3_K& b, KDecoded& k) {
-    for (int e = 0; e < QK_K; ++e) {
-        const int h = e / 128, kk = (e % 128) / 32, l = e % 32;
-        const int low2 = (b.qs[32 * h + l] >> (2 * kk)) & 3;
-        const int hb = (b.hmask[l] >> (4 * h + kk)) & 1;
-        k.u[e] = uint8_t(low2 | (hb << 2));  // = q + 4
-    }
+    for (int h = 0; h < 2; ++h)
+        for (int kk = 0; kk < 4; ++kk) {
+            const int bit = 4 * h + kk;
+            for (int l = 0; l < 32; ++l) {
+                const int low2 = (b.qs[32 * h + l] >> (2 * kk)) & 3;
+                const int hb = (b.hmask[l] >> bit) & 1;
+                k.u[128 * h + 32 * kk + l] = uint8_t(low2 | (hb << 2));  // = q + 4
+            }
+        }
     for (int g = 0; g < 16; ++g) k.sc[g] = k.mn[g] = int8_t(q3_K_scale(b.scales, g));
     k.dA = fp16_to_fp32(b.d);
     k.dB = 4.f * k.dA;
@@ -53,12 +57,18 @@ void decode(const block_q3_K& b, KDecoded& k) {
 
 template <class B>
 void decode_q45(const B& b, KDecoded& k, const uint8_t* qh) {
-    for (int e = 0; e < QK_K; ++e) {
-        const int g = e / 64, r = e % 64;
-        const uint8_t q = b.qs[32 * g + r % 32];
-        int u = r < 32 ? (q & 0xF) : (q >> 4);
-        if (qh) u += 16 * ((qh[r % 32] >> (e / 32)) & 1);
-        k.u[e] = uint8_t(u);
+    for (int g = 0; g < 4; ++g) {
+        uint8_t* lo = k.u + 64 * g;
+        uint8_t* hi = lo + 32;
+        for (int l = 0; l < 32; ++l) {
+            lo[l] = uint8_t(b.qs[32 * g + l] & 0xF);
+            hi[l] = uint8_t(b.qs[32 * g + l] >> 4);
+        }
+        if (qh)
+            for (int l = 0; l < 32; ++l) {
+                lo[l] = uint8_t(lo[l] | (((qh[l] >> (2 * g)) & 1) << 4));
+                hi[l] = uint8_t(hi[l] | (((qh[l] >> (2 * g + 1)) & 1) << 4));
+            }
     }
     for (int j = 0; j < 8; ++j) {
         uint8_t sc, m;
@@ -73,12 +83,16 @@ void decode(const block_q4_K& b, KDecoded& k) { decode_q45(b, k, nullptr); }
 void decode(const block_q5_K& b, KDecoded& k) { decode_q45(b, k, b.qh); }
 
 void decode(const block_q6_K& b, KDecoded& k) {
-    for (int e = 0; e < QK_K; ++e) {
-        const int h = e / 128, kk = (e % 128) / 32, l = e % 32;
-        const uint8_t lq = b.ql[64 * h + 32 * (kk & 1) + l];
-        const int low4 = (kk >> 1) ? (lq >> 4) : (lq & 0xF);
-        const int hi2 = (b.qh[32 * h + l] >> (2 * kk)) & 3;
-        k.u[e] = uint8_t(low4 | (hi2 << 4));  // = q + 32
+    for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = b.ql + 64 * h;
+        const uint8_t* qh = b.qh + 32 * h;
+        uint8_t* u = k.u + 128 * h;
+        for (int l = 0; l < 32; ++l) {  // = q + 32
+            u[l] = uint8_t((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+            u[l + 32] = uint8_t((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+            u[l + 64] = uint8_t((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            u[l + 96] = uint8_t((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+        }
     }
     for (int g = 0; g < 16; ++g) k.sc[g] = k.mn[g] = b.scales[g];
     k.dA = fp16_to_fp32(b.d);
