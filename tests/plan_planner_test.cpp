@@ -264,3 +264,16 @@ TEST(PlanPlanner, BadOptions) {
     o.n_batch = -1;
     EXPECT_THROW(plan_memory(preset_model("qwen3-4b"), o), Error);
 }
+
+TEST(PlanPlanner, AutoGpuLayersForModelLoad) {
+    if (!test::reference_available()) GTEST_SKIP() << "reference data not found";
+    auto f = gguf::File::open(test::reference_path("tiny-qwen35.q4_k_m.gguf"));
+    const HParams hp = HParams::from_gguf(*f);
+    EXPECT_EQ(auto_gpu_layers(*f, hp, 4096, 1, 512, GgmlType::F16, 8 * kGiB), 9);  // everything
+    EXPECT_EQ(auto_gpu_layers(*f, hp, 4096, 1, 512, GgmlType::F16, 0), 0);
+    // The context is not counted again: with the 256 MiB margin, 400 MiB free
+    // leave 144 MiB for the tiny model's 120 MiB (cuBLAS 100 MiB of it); 300 MiB
+    // free leave 44 MiB, less than cuBLAS alone.
+    EXPECT_EQ(auto_gpu_layers(*f, hp, 4096, 1, 512, GgmlType::F16, 400 * kMiB), 9);
+    EXPECT_EQ(auto_gpu_layers(*f, hp, 4096, 1, 512, GgmlType::F16, 300 * kMiB), 0);
+}

@@ -235,6 +235,18 @@ int recommend_gpu_layers(const MemoryPlan& plan, uint64_t free_vram_bytes, uint6
                 double(host_bytes) / double(kGiB)));
 }
 
+int auto_gpu_layers(const gguf::File& f, const HParams& hp, int64_t n_ctx, int n_slots, int n_batch,
+                    GgmlType kv_type, uint64_t free_vram_bytes) {
+    PlanOptions o;
+    o.n_ctx = n_ctx;
+    o.n_slots = n_slots;
+    o.n_batch = n_batch;
+    o.kv_type = kv_type;
+    o.compute.cuda_context_bytes = 0;  // already out of the free memory
+    const MemoryPlan plan = plan_memory(f, hp, o);
+    return recommend_gpu_layers(plan, free_vram_bytes, default_safety_margin(free_vram_bytes));
+}
+
 ContextFit max_context_fit(const MemoryPlan& plan, int gpu_layers, uint64_t free_vram_bytes, uint64_t safety_margin,
                            uint64_t host_bytes) {
     const Split s0 = plan.split(gpu_layers, 0), s1 = plan.split(gpu_layers, 1);

@@ -157,6 +157,14 @@ bool split_fits(const Split& s, uint64_t free_vram_bytes, uint64_t safety_margin
 int recommend_gpu_layers(const MemoryPlan& plan, uint64_t free_vram_bytes, uint64_t safety_margin,
                          uint64_t host_bytes = 0);
 
+// --gpu-layers auto for Model::load: the -ngl (0 .. n_layer + 1) for these
+// settings on a device with free_vram_bytes free, as cudaMemGetInfo reports
+// it once the CUDA context exists but before the backend is created (so the
+// context is not counted again; cuBLAS and the buffers are), with the default
+// safety margin. Never throws for lack of memory: 0 means "CPU only".
+int auto_gpu_layers(const gguf::File& f, const HParams& hp, int64_t n_ctx, int n_slots, int n_batch,
+                    GgmlType kv_type, uint64_t free_vram_bytes);
+
 // The largest context per slot (a multiple of 256, at most the trained
 // context) for -ngl gpu_layers; 0 when even 256 tokens do not fit.
 struct ContextFit {
