@@ -15,6 +15,24 @@
 
 namespace qinfer::cli {
 
+namespace {
+
+// Names llama-quantize never quantizes beyond convert::quantizable's rules
+// (llama-quant.cpp): MoE routers, BERT position/type embeddings, and small
+// tensors of other architectures.
+bool never_quantized(const std::string& name) {
+    for (const char* s : {"ffn_gate_inp.weight", "altup", "laurel", "per_layer_model_proj", "attn_rel_b.weight",
+                          "shortconv.conv.weight", "time_mix_first.weight", "time_mix_w0.weight",
+                          "time_mix_w1.weight", "time_mix_w2.weight", "time_mix_v0.weight", "time_mix_v1.weight",
+                          "time_mix_v2.weight", "time_mix_a0.weight", "time_mix_a1.weight", "time_mix_a2.weight",
+                          "time_mix_g1.weight", "time_mix_g2.weight", "time_mix_decay_w1.weight",
+                          "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight"})
+        if (name.find(s) != std::string::npos) return true;
+    return name == "position_embd.weight" || name == "token_types.weight";
+}
+
+}  // namespace
+
 int cmd_quantize(int argc, char** argv) {
     CLI::App app{"Requantize a GGUF file with a llama.cpp type mix (no importance matrix)", "qinfer quantize"};
     std::string in_path, out_path, type_name_arg;
@@ -56,7 +74,7 @@ int cmd_quantize(int argc, char** argv) {
         for (int d = 1; d < int(t.n_dims); ++d)
             if (t.ne[d] > 1) dims = d + 1;
         // Ineligible tensors (1-D, norms, ssm_conv1d, ...) keep their source type.
-        if (!convert::quantizable(t.name, dims)) return t.type;
+        if (!convert::quantizable(t.name, dims) || never_quantized(t.name)) return t.type;
         return mix.next(t.name, dims, t.ne[0]);
     };
     if (!quiet) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
