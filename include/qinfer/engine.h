@@ -115,6 +115,11 @@ public:
 
     GenerateResult generate(const GenerateRequest& req, const GenerateCallbacks& cb = {});
 
+    // The prompt ids a request turns into (token ids as given, or chat
+    // rendering / text, then tokenization), with the prompt hooks applied.
+    // generate() starts with this; a batching server calls it per request.
+    std::vector<int32_t> prepare_prompt(const GenerateRequest& req, const GenerateCallbacks& cb = {}) const;
+
     std::vector<int32_t> tokenize(std::string_view text, bool parse_special = true) const;
     std::string detokenize(const std::vector<int32_t>& ids, bool show_special = false) const;
     // The prompt text a chat request turns into.

@@ -96,7 +96,10 @@ std::string render_qwen3(const std::vector<ChatMessage>& msgs, const ChatOptions
         out += "<|im_start|>system\n";
         if (first_is_system) out += msgs[0].content + "\n\n";
         out += kQwen3ToolsHead;
-        for (const ojson& t : tools) out += "\n" + py_json(t);
+        for (const ojson& t : tools) {
+            out += '\n';
+            out += py_json(t);
+        }
         out += kQwen3ToolsTail;
     } else if (first_is_system) {
         out += "<|im_start|>system\n" + msgs[0].content + "<|im_end|>\n";
@@ -153,11 +156,17 @@ std::string render_qwen35(const std::vector<ChatMessage>& msgs, const ChatOption
     if (!tools.empty()) {
         out += "<|im_start|>system\n";
         out += kQwen35ToolsHead;
-        for (const ojson& t : tools) out += "\n" + py_json(t);
+        for (const ojson& t : tools) {
+            out += '\n';
+            out += py_json(t);
+        }
         out += kQwen35ToolsTail;
         if (msgs[0].role == "system") {
             const std::string c = py_strip(msgs[0].content);
-            if (!c.empty()) out += "\n\n" + c;
+            if (!c.empty()) {
+                out += "\n\n";
+                out += c;
+            }
         }
         out += "<|im_end|>\n";
     } else if (msgs[0].role == "system") {

@@ -140,13 +140,7 @@ GenerateResult Engine::generate(const GenerateRequest& req, const GenerateCallba
 
     Sequence seq(*m.tok, n_vocab, n_ctx, 0, req, cb);
 
-    std::vector<int32_t> ids = req.prompt_ids;
-    if (ids.empty()) {
-        std::string text = req.messages.empty() ? req.prompt : m.tmpl.render(req.messages, req.chat);
-        if (cb.on_prompt_text) cb.on_prompt_text(text);
-        ids = m.tok->encode(text, req.parse_special);
-    }
-    if (cb.on_prompt_tokens) cb.on_prompt_tokens(ids);
+    const std::vector<int32_t> ids = prepare_prompt(req, cb);
 
     // Reuse the slot when the new prompt strictly extends what it holds.
     // (Recurrent state cannot be rolled back, so anything else starts over.)
@@ -176,6 +170,17 @@ GenerateResult Engine::generate(const GenerateRequest& req, const GenerateCallba
         throw;
     }
     return seq.result();
+}
+
+std::vector<int32_t> Engine::prepare_prompt(const GenerateRequest& req, const GenerateCallbacks& cb) const {
+    std::vector<int32_t> ids = req.prompt_ids;
+    if (ids.empty()) {
+        std::string text = req.messages.empty() ? req.prompt : impl_->tmpl.render(req.messages, req.chat);
+        if (cb.on_prompt_text) cb.on_prompt_text(text);
+        ids = impl_->tok->encode(text, req.parse_special);
+    }
+    if (cb.on_prompt_tokens) cb.on_prompt_tokens(ids);
+    return ids;
 }
 
 std::vector<int32_t> Engine::tokenize(std::string_view text, bool parse_special) const {
