@@ -200,7 +200,7 @@ TEST(RuntimeOps, GetRowsDequantizes) {
         Tensor out = be.alloc(GgmlType::F32, {E, int64_t(ids.size())});
         be.get_rows(w, upload_i32(be, ids), out);
         std::vector<double> want;
-        std::vector<float> row(size_t(E));
+        std::vector<float> row(static_cast<size_t>(E));
         for (int32_t id : ids) {
             dequantize_row(GgmlType::Q8_0, &q[size_t(id) * row_bytes(GgmlType::Q8_0, E)], row.data(), E);
             want.insert(want.end(), row.begin(), row.end());
