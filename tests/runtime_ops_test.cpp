@@ -413,5 +413,39 @@ TEST(RuntimeOps, GatedDeltaNetSegmentsAndCarriedState) {
     }
 }
 
+// Larger shapes take the parallel paths; the CPU result must not depend on the
+// thread count (fixed chunking, independent work items).
+TEST(RuntimeOps, CpuResultsIndependentOfThreadCount) {
+    const int64_t d = 64, n_head = 4, n_kv = 2, n_ctx = 320, T = 300;
+    const int64_t dk = 64, Hk = 2, Hv = 8, K = 4, C = 2 * Hk * dk + Hv * dk, Tr = 40;
+    std::vector<std::vector<float>> results[2];
+    for (int which = 0; which < 2; ++which) {
+        auto be = make_cpu_backend(std::make_shared<ThreadPool>(which == 0 ? 1 : 3));
+        StepInfo st = make_step(*be, {{0, int32_t(T), 0, 0}});
+        KvCache cache{be->alloc(GgmlType::F16, {d, n_kv, n_ctx, 1}), be->alloc(GgmlType::F16, {d, n_kv, n_ctx, 1})};
+        Tensor out = be->alloc(GgmlType::F32, {d, n_head, T});
+        be->attention(upload(*be, random_vec(size_t(d * n_head * T), 60), {d, n_head, T}),
+                      upload(*be, random_vec(size_t(d * n_kv * T), 61), {d, n_kv, T}),
+                      upload(*be, random_vec(size_t(d * n_kv * T), 62), {d, n_kv, T}), cache, st, 0.125f, out);
+        results[which].push_back(download(*be, out));
+
+        StepInfo sr = make_step(*be, {{0, int32_t(Tr), 0, 0}});
+        RecurrentState rs{be->alloc(GgmlType::F32, {C, K - 1, 1}), be->alloc(GgmlType::F32, {dk, dk, Hv, 1})};
+        Tensor u = be->alloc(GgmlType::F32, {C, Tr}), o = be->alloc(GgmlType::F32, {dk, Hv, Tr});
+        be->conv1d_silu(upload(*be, random_vec(size_t(C * Tr), 63), {C, Tr}), upload(*be, random_vec(size_t(K * C), 64), {K, C}),
+                        rs, sr, u);
+        be->gated_delta_rule(upload(*be, l2_normalized(random_vec(size_t(dk * Hk * Tr), 65), dk), {dk, Hk, Tr}),
+                             upload(*be, l2_normalized(random_vec(size_t(dk * Hk * Tr), 66), dk), {dk, Hk, Tr}),
+                             upload(*be, random_vec(size_t(dk * Hv * Tr), 67), {dk, Hv, Tr}),
+                             upload(*be, random_vec(size_t(Hv * Tr), 68), {Hv, Tr}),
+                             upload(*be, random_vec(size_t(Hv * Tr), 69), {Hv, Tr}),
+                             upload(*be, random_vec(size_t(Hv), 70), {Hv}), upload(*be, random_vec(size_t(Hv), 71, -4, -1), {Hv}),
+                             rs, sr, o);
+        results[which].push_back(download(*be, u));
+        results[which].push_back(download(*be, o));
+    }
+    for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[0][i], results[1][i]) << "output " << i;
+}
+
 }  // namespace
 }  // namespace qinfer

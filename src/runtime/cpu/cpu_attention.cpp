@@ -70,7 +70,9 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     for (size_t i = 0; i < tasks.size(); ++i) tasks[i].part = i * part_size;
     std::vector<float> parts(tasks.size() * part_size);
 
-    parallel_rows(int64_t(tasks.size()), 1, [&](int64_t i0, int64_t i1) {
+    double work = 0;
+    for (const Task& tk : tasks) work += double(tk.j1 - tk.j0) * double(group * d) * 2;
+    parallel_rows(int64_t(tasks.size()), work / double(tasks.size()), [&](int64_t i0, int64_t i1) {
         std::vector<float> sc(size_t(group * kChunk));
         for (int64_t i = i0; i < i1; ++i) {
             const Task& tk = tasks[size_t(i)];
@@ -111,7 +113,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     std::vector<size_t> first(size_t(T * n_kv) + 1, 0);
     for (size_t i = 0; i < tasks.size(); ++i) first[size_t(tasks[i].t * n_kv + tasks[i].g) + 1] = i + 1;
     for (size_t i = 1; i < first.size(); ++i) first[i] = std::max(first[i], first[i - 1]);
-    parallel_rows(T * n_head, 4, [&](int64_t r0, int64_t r1) {
+    parallel_rows(T * n_head, double(tasks.size()) / double(T * n_kv) * double(d), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t t = r / n_head, h = r % n_head, g = h / group, hh = h % group;
             const size_t c0 = first[size_t(t * n_kv + g)], c1 = first[size_t(t * n_kv + g) + 1];

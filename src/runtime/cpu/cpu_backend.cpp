@@ -106,7 +106,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
     }
     if (src.type != GgmlType::F32) fail("copy: strided copies are f32 only");
     const int64_t n = src.ne[0];
-    parallel_rows(src.n_rows(), 16, [&](int64_t r0, int64_t r1) {
+    parallel_rows(src.n_rows(), double(n), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) std::memcpy(row_at(dst, r), row_at(src, r), size_t(n) * 4);
     });
 }
@@ -117,7 +117,7 @@ void CpuBackend::get_rows(const Tensor& w, const Tensor& ids, const Tensor& out)
     for (int64_t t = 0; t < T; ++t)
         if (id[t] < 0 || id[t] >= w.ne[1])
             fail(strfmt("get_rows %s: row %d out of range (0..%lld)", w.name, id[t], (long long)w.ne[1] - 1));
-    parallel_rows(T, 1, [&](int64_t t0, int64_t t1) {
+    parallel_rows(T, 2.0 * double(w.ne[0]), [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t)
             dequantize_row(w.type, w.row<uint8_t>(id[t]), out.row<float>(t), w.ne[0]);
     });

@@ -1,6 +1,7 @@
 // CPU backend: host memory, weights used in place from the memory-mapped GGUF,
 // ops run synchronously on a shared thread pool.
 #pragma once
+#include <algorithm>
 #include <memory>
 #include <set>
 
@@ -45,14 +46,21 @@ public:
     void copy(const Tensor& src, const Tensor& dst) override;
     void copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offset, size_t bytes) override;
 
-    // Calls fn(first, last) over [0, n) in chunks of at least min_chunk, spread
-    // over the pool. Work items must be independent, so results never depend
-    // on the thread count.
-    template <class F> void parallel_rows(int64_t n, int64_t min_chunk, F&& fn) {
+    // Calls fn(first, last) over [0, n) items of about `work` multiply-adds
+    // each, in chunks spread over the pool; small ops run on the calling thread,
+    // where a parallel region would cost more than it saves. Items must be
+    // independent, so results never depend on the thread count.
+    template <class F> void parallel_rows(int64_t n, double work, F&& fn) {
         if (n <= 0) return;
+        constexpr double kMinWork = 32768;  // per chunk: ~10 us, well above a region's overhead
         const int64_t nt = pool_->size();
         int64_t chunk = (n + nt * 4 - 1) / (nt * 4);
+        const int64_t min_chunk = int64_t(kMinWork / std::max(work, 1.0)) + 1;
         if (chunk < min_chunk) chunk = min_chunk;
+        if (nt == 1 || chunk >= n) {
+            fn(int64_t(0), n);
+            return;
+        }
         const int64_t n_chunks = (n + chunk - 1) / chunk;
         pool_->parallel_for(n_chunks, [&](int64_t c, int) {
             const int64_t first = c * chunk;

@@ -21,7 +21,7 @@ void CpuBackend::conv1d_silu(const Tensor& x, const Tensor& w, const RecurrentSt
     const float* wv = static_cast<const float*>(w.data);
     const int64_t n_seg = int64_t(step.segments.size());
     // Item (segment, channel): the window of one channel is [state rows; segment tokens].
-    parallel_rows(n_seg * C, 256, [&](int64_t i0, int64_t i1) {
+    parallel_rows(n_seg * C, double(T * K) / double(n_seg), [&](int64_t i0, int64_t i1) {
         std::vector<float> win;
         for (int64_t i = i0; i < i1; ++i) {
             const StepInfo::Segment& sg = step.segments[size_t(i / C)];
@@ -56,7 +56,7 @@ void CpuBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor
     const int64_t n_seg = int64_t(step.segments.size());
     const cpu::VecOps& vo = cpu::vec();
 
-    parallel_rows(n_seg * Hv, 1, [&](int64_t i0, int64_t i1) {
+    parallel_rows(n_seg * Hv, 4.0 * double(T) / double(n_seg) * double(dv * dk), [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
             const StepInfo::Segment& sg = step.segments[size_t(i / Hv)];
             const int64_t j = i % Hv, kh = j % Hk;  // tiled value-head -> key-head mapping

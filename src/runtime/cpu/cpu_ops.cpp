@@ -30,7 +30,7 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Ten
     if (w.ne[0] != n) fail(strfmt("rms_norm: weight %s %s does not match rows of %lld", w.name, shape_str(w).c_str(),
                                   (long long)n));
     const float* wv = static_cast<const float*>(w.data);
-    parallel_rows(x.n_rows(), 8, [&](int64_t r0, int64_t r1) {
+    parallel_rows(x.n_rows(), 3.0 * double(n), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const float* xr = row_at(x, r);
             float* yr = row_at(y, r);
@@ -43,7 +43,7 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Ten
 void CpuBackend::l2_norm(const Tensor& x, float eps, const Tensor& y) {
     check_same_shape("l2_norm", x, y);
     const int64_t n = x.ne[0];
-    parallel_rows(x.n_rows(), 8, [&](int64_t r0, int64_t r1) {
+    parallel_rows(x.n_rows(), 3.0 * double(n), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const float* xr = row_at(x, r);
             float* yr = row_at(y, r);
@@ -61,7 +61,7 @@ void CpuBackend::rms_norm_gated(const Tensor& x, const Tensor& w, const Tensor& 
     const int64_t n = x.ne[0];
     if (w.ne[0] != n) fail(strfmt("rms_norm_gated: weight %s does not match rows of %lld", w.name, (long long)n));
     const float* wv = static_cast<const float*>(w.data);
-    parallel_rows(x.n_rows(), 8, [&](int64_t r0, int64_t r1) {
+    parallel_rows(x.n_rows(), 3.0 * double(n), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const float* xr = row_at(x, r);
             const float* zr = row_at(z, r);
@@ -76,7 +76,7 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
     check_same_shape("add", a, b);
     check_same_shape("add", a, y);
     const int64_t n = a.ne[0];
-    parallel_rows(a.n_rows(), 8, [&](int64_t r0, int64_t r1) {
+    parallel_rows(a.n_rows(), double(n), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const float* ar = row_at(a, r);
             const float* br = row_at(b, r);
@@ -90,7 +90,7 @@ void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& y) {
     check_same_shape("swiglu", gate, up);
     check_same_shape("swiglu", gate, y);
     const int64_t n = gate.ne[0];
-    parallel_rows(gate.n_rows(), 1, [&](int64_t r0, int64_t r1) {
+    parallel_rows(gate.n_rows(), 4.0 * double(n), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const float* g = row_at(gate, r);
             const float* u = row_at(up, r);
@@ -104,7 +104,7 @@ void CpuBackend::sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& 
     check_same_shape("sigmoid_mul", x, gate);
     check_same_shape("sigmoid_mul", x, y);
     const int64_t n = x.ne[0];
-    parallel_rows(x.n_rows(), 8, [&](int64_t r0, int64_t r1) {
+    parallel_rows(x.n_rows(), 3.0 * double(n), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const float* xr = row_at(x, r);
             const float* g = row_at(gate, r);
@@ -130,7 +130,7 @@ void CpuBackend::rope_neox(const Tensor& x, const StepInfo& step, int n_rot, flo
             cs[size_t((t * half + i) * 2 + 1)] = float(std::sin(theta));
         }
     }
-    parallel_rows(T * n_head, 8, [&](int64_t r0, int64_t r1) {
+    parallel_rows(T * n_head, 4.0 * double(half), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t t = r / n_head;
             float* v = x.row<float>(r % n_head, t);
