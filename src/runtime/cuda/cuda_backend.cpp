@@ -822,7 +822,9 @@ void CudaBackend::flush() {
         ++graph_launches_;
         return;
     }
-    const bool record = rec && rec->seen >= 1 && auto_graphs_.size() <= 64 && pending_.size() >= 4;
+    size_t recorded = 0;
+    for (const auto& kv : auto_graphs_) recorded += kv.second.exec != nullptr;
+    const bool record = rec && rec->seen >= 1 && recorded < 64 && pending_.size() >= 4;
     if (!record) {
         run_pending(nullptr);
         ++eager_flushes_;
@@ -879,6 +881,10 @@ bool CudaBackend::begin_graph(uint64_t key) {
     print_load_stats_once();
     in_keyed_ = true;
     keyed_key_ = key;
+    if (keyed_graphs_.size() > 256) {  // many one-off shapes (prompts): forget the unrecorded ones
+        for (auto g = keyed_graphs_.begin(); g != keyed_graphs_.end();)
+            g = g->second.exec ? std::next(g) : keyed_graphs_.erase(g);
+    }
     auto it = keyed_graphs_.find(key);
     keyed_replay_ = it != keyed_graphs_.end() && it->second.exec;
     return !keyed_replay_;
@@ -903,7 +909,9 @@ void CudaBackend::end_graph() {
         ++graph_launches_;
         return;
     }
-    if (rec.seen == 0 || keyed_graphs_.size() > 64) {  // first sighting sizes the scratch buffers
+    size_t recorded = 0;
+    for (const auto& kv : keyed_graphs_) recorded += kv.second.exec != nullptr;
+    if (rec.seen == 0 || recorded >= 64) {  // first sighting sizes the scratch buffers
         ++rec.seen;
         print_load_stats_once();
         run_pending(nullptr);
