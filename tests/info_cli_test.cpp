@@ -4,7 +4,9 @@
 // MANIFEST hashes, --check-tensors on good and damaged files, exit codes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>

@@ -6,6 +6,7 @@
 // rendered as text, so both forms always carry the same content.
 // Exit codes: 0 ok; 1 unreadable file, sha256 mismatch or bad tensor data; 2 usage.
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>

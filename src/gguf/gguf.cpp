@@ -9,6 +9,13 @@
 
 #include "common/error.h"
 
+// Error paths are kept out of line so the per-string fast path stays small.
+#if defined(__GNUC__)
+#define QINFER_GGUF_COLD __attribute__((noinline, cold))
+#else
+#define QINFER_GGUF_COLD
+#endif
+
 namespace qinfer::gguf {
 
 namespace {
@@ -94,18 +101,12 @@ public:
     }
 
 private:
-#if defined(__GNUC__)
-    __attribute__((noinline, cold))
-#endif
-    [[noreturn]] void eof(const char* what) const {
+    [[noreturn]] QINFER_GGUF_COLD void eof(const char* what) const {
         std::string ctx = context();
         error(ctx.empty() ? strfmt("unexpected end of file while reading %s", what)
                           : strfmt("unexpected end of file while reading %s of %s", what, ctx.c_str()));
     }
-#if defined(__GNUC__)
-    __attribute__((noinline, cold))
-#endif
-    [[noreturn]] void bad_string(const char* what, uint64_t len, size_t at) const {
+    [[noreturn]] QINFER_GGUF_COLD void bad_string(const char* what, uint64_t len, size_t at) const {
         std::string ctx = context();
         error(strfmt("string length %llu of %s%s%s exceeds the %s", (unsigned long long)len, what,
                      ctx.empty() ? "" : " of ", ctx.c_str(), len > remaining() ? "remaining file size" : "limit of 1 GiB"),

@@ -359,6 +359,14 @@ void Writer::write_file(const std::string& path, const std::vector<const Kv*>& k
     }
     std::error_code ec;
     std::filesystem::rename(fs_path(tmp), fs_path(path), ec);
+#ifdef _WIN32
+    if (ec) {  // some Windows runtimes do not replace an existing file
+        std::error_code ec2;
+        std::filesystem::remove(fs_path(path), ec2);
+        ec.clear();
+        std::filesystem::rename(fs_path(tmp), fs_path(path), ec);
+    }
+#endif
     if (ec) {
         std::filesystem::remove(fs_path(tmp), ec);
         fail(strfmt("gguf writer: %s: cannot rename %s into place", path.c_str(), tmp.c_str()));
