@@ -424,10 +424,15 @@ TEST(RuntimeOps, CpuResultsIndependentOfThreadCount) {
         StepInfo st = make_step(*be, {{0, int32_t(T), 0, 0}});
         KvCache cache{be->alloc(GgmlType::F16, {d, n_kv, n_ctx, 1}), be->alloc(GgmlType::F16, {d, n_kv, n_ctx, 1})};
         Tensor out = be->alloc(GgmlType::F32, {d, n_head, T});
-        be->attention(upload(*be, random_vec(size_t(d * n_head * T), 60), {d, n_head, T}),
-                      upload(*be, random_vec(size_t(d * n_kv * T), 61), {d, n_kv, T}),
-                      upload(*be, random_vec(size_t(d * n_kv * T), 62), {d, n_kv, T}), cache, st, 0.125f, out);
+        const std::vector<float> q = random_vec(size_t(d * n_head * T), 60, -3, 3),
+                                 k = random_vec(size_t(d * n_kv * T), 61, -3, 3), v = random_vec(size_t(d * n_kv * T), 62);
+        be->attention(upload(*be, q, {d, n_head, T}), upload(*be, k, {d, n_kv, T}), upload(*be, v, {d, n_kv, T}), cache,
+                      st, 0.125f, out);
         results[which].push_back(download(*be, out));
+        if (which == 0) {  // more than one block of positions per task: the online-softmax rescaling
+            HostAttention ref{d, n_head, n_kv, true, {}, {}};
+            expect_near_all(results[0].back(), ref.step(st, q, k, v, 0.125), 2e-3, "attention, 300 tokens");
+        }
 
         StepInfo sr = make_step(*be, {{0, int32_t(Tr), 0, 0}});
         RecurrentState rs{be->alloc(GgmlType::F32, {C, K - 1, 1}), be->alloc(GgmlType::F32, {dk, dk, Hv, 1})};

@@ -1,12 +1,13 @@
 // Causal GQA attention over the KV cache (spec/models.md §2.4). f32 scores and
 // softmax whatever the cache type (spec pitfall 10).
 //
-// Work split: each (token, kv head) is cut into fixed chunks of cached
-// positions; a task computes, for the `group` query heads sharing that kv head,
-// the chunk's running max, exp-sum and weighted V sum, and a second pass merges
-// the chunks (as flash-decoding does). A single decode token thus still spreads
-// over all threads, every cached K/V row is converted from f16 once per group,
-// and since the chunking is fixed the result does not depend on the thread count.
+// Work split: a task takes one (token, kv head) pair and a range of cached
+// positions and computes, for the `group` query heads sharing that kv head, an
+// online softmax (running max, exp-sum, weighted V sum) block by block; a
+// second pass merges the ranges of a pair (as flash-decoding does). Decode cuts
+// the positions into fixed chunks so one token still spreads over all threads;
+// every cached K/V row is converted from f16 once per group; and since the
+// split depends only on the batch, the result does not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -59,13 +60,20 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
         }
     }
 
-    // 2. Chunk tasks. Partial result per task and query head: max, sum, acc[d].
+    // 2. Tasks. With few (token, kv head) pairs (decode) their position ranges
+    //    are cut into kChunk pieces so that all threads get work; with many, one
+    //    task per pair keeps the partial results small. The rule depends on the
+    //    batch only, never on the thread count.
+    const bool split = T * n_kv < 32;
     const size_t part_size = size_t(group * (d + 2));
     std::vector<Task> tasks;
     for (int64_t t = 0; t < T; ++t) {
         const int64_t n = int64_t(step.pos[size_t(t)]) + 1;
-        for (int64_t g = 0; g < n_kv; ++g)
-            for (int64_t j0 = 0; j0 < n; j0 += kChunk) tasks.push_back({t, g, j0, std::min(n, j0 + kChunk), 0});
+        for (int64_t g = 0; g < n_kv; ++g) {
+            if (!split) tasks.push_back({t, g, 0, n, 0});
+            else
+                for (int64_t j0 = 0; j0 < n; j0 += kChunk) tasks.push_back({t, g, j0, std::min(n, j0 + kChunk), 0});
+        }
     }
     for (size_t i = 0; i < tasks.size(); ++i) tasks[i].part = i * part_size;
     std::vector<float> parts(tasks.size() * part_size);
@@ -77,33 +85,47 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
         for (int64_t i = i0; i < i1; ++i) {
             const Task& tk = tasks[size_t(i)];
             const int32_t s = step.slot[size_t(tk.t)];
-            const int64_t n = tk.j1 - tk.j0;
-            for (int64_t j = 0; j < n; ++j) {
-                const void* kr = K.row<void>(tk.g, tk.j0 + j, s);
-                for (int64_t h = 0; h < group; ++h) {
-                    const float* qh = q.row<float>(tk.g * group + h, tk.t);
-                    sc[size_t(h * kChunk + j)] = scale * (f16 ? vo.dot_f16(static_cast<const uint16_t*>(kr), qh, d)
-                                                               : vo.dot(static_cast<const float*>(kr), qh, d));
-                }
-            }
             float* part = &parts[tk.part];
             for (int64_t h = 0; h < group; ++h) {
-                float* sh = &sc[size_t(h * kChunk)];
-                const float mx = *std::max_element(sh, sh + n);
-                float sum = 0;
-                for (int64_t j = 0; j < n; ++j) sum += (sh[j] = std::exp(sh[j] - mx));
                 float* ph = part + h * (d + 2);
-                ph[0] = mx;
-                ph[1] = sum;
+                ph[0] = -INFINITY;  // running max
+                ph[1] = 0.f;        // running sum of exp(score - max)
                 std::fill(ph + 2, ph + 2 + d, 0.f);
             }
-            for (int64_t j = 0; j < n; ++j) {
-                const void* vr = V.row<void>(tk.g, tk.j0 + j, s);
+            // Online softmax over blocks of kChunk positions.
+            for (int64_t b0 = tk.j0; b0 < tk.j1; b0 += kChunk) {
+                const int64_t n = std::min(kChunk, tk.j1 - b0);
+                for (int64_t j = 0; j < n; ++j) {
+                    const void* kr = K.row<void>(tk.g, b0 + j, s);
+                    for (int64_t h = 0; h < group; ++h) {
+                        const float* qh = q.row<float>(tk.g * group + h, tk.t);
+                        sc[size_t(h * kChunk + j)] =
+                            scale * (f16 ? vo.dot_f16(static_cast<const uint16_t*>(kr), qh, d)
+                                         : vo.dot(static_cast<const float*>(kr), qh, d));
+                    }
+                }
                 for (int64_t h = 0; h < group; ++h) {
-                    float* acc = part + h * (d + 2) + 2;
-                    const float w = sc[size_t(h * kChunk + j)];
-                    if (f16) vo.axpy_f16(w, static_cast<const uint16_t*>(vr), acc, d);
-                    else vo.axpy(w, static_cast<const float*>(vr), acc, d);
+                    float* sh = &sc[size_t(h * kChunk)];
+                    float* ph = part + h * (d + 2);
+                    const float mx = std::max(ph[0], *std::max_element(sh, sh + n));
+                    if (mx > ph[0] && ph[1] > 0.f) {  // rescale what was accumulated under the old max
+                        const float r = std::exp(ph[0] - mx);
+                        ph[1] *= r;
+                        for (int64_t e = 0; e < d; ++e) ph[2 + e] *= r;
+                    }
+                    ph[0] = mx;
+                    float sum = 0;
+                    for (int64_t j = 0; j < n; ++j) sum += (sh[j] = std::exp(sh[j] - mx));
+                    ph[1] += sum;
+                }
+                for (int64_t j = 0; j < n; ++j) {
+                    const void* vr = V.row<void>(tk.g, b0 + j, s);
+                    for (int64_t h = 0; h < group; ++h) {
+                        float* acc = part + h * (d + 2) + 2;
+                        const float w = sc[size_t(h * kChunk + j)];
+                        if (f16) vo.axpy_f16(w, static_cast<const uint16_t*>(vr), acc, d);
+                        else vo.axpy(w, static_cast<const float*>(vr), acc, d);
+                    }
                 }
             }
         }
