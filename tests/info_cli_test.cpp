@@ -21,6 +21,14 @@ using json = nlohmann::json;
 
 namespace {
 
+// Shell-quoted path, built with +=: GCC 12 warns falsely (-Wrestrict) on "'" + s + "'".
+std::string q(const std::string& path) {
+    std::string s = "'";
+    s += path;
+    s += "'";
+    return s;
+}
+
 struct CliRun { int rc; std::string out; };
 CliRun info(const std::string& args, bool merge_stderr = false) {
     CliRun r;
@@ -29,7 +37,7 @@ CliRun info(const std::string& args, bool merge_stderr = false) {
 }
 
 json info_json(const std::string& path) {
-    CliRun r = info("'" + path + "' --json");
+    CliRun r = info(q(path) + " --json");
     EXPECT_EQ(r.rc, 0) << path;
     return json::parse(r.out);
 }
@@ -176,7 +184,7 @@ TEST(InfoCli, VocabOnlyFiles) {
         EXPECT_EQ(r["tokenizer"]["special"]["bos"], json::parse(R"({"id": 151643, "text": "<|endoftext|>"})"));
         EXPECT_EQ(r["tokenizer"]["special"]["eos"], json::parse(R"({"id": 151645, "text": "<|im_end|>"})"));
         EXPECT_EQ(r["tokenizer"]["pre"], std::string(name) == "vocab-qwen35.gguf" ? "qwen35" : "qwen2");
-        CliRun t = info("'" + test::reference_path(name) + "'");
+        CliRun t = info(q(test::reference_path(name)));
         EXPECT_EQ(t.rc, 0);
         EXPECT_NE(t.out.find("vocab-only"), std::string::npos);
         EXPECT_NE(t.out.find("151936"), std::string::npos);
@@ -185,7 +193,7 @@ TEST(InfoCli, VocabOnlyFiles) {
 
 TEST(InfoCli, TextReport) {
     if (!test::reference_available()) GTEST_SKIP() << "reference data not found";
-    CliRun r = info("'" + test::reference_path("tiny-qwen35.q4_k_m.gguf") + "'");
+    CliRun r = info(q(test::reference_path("tiny-qwen35.q4_k_m.gguf")));
     ASSERT_EQ(r.rc, 0) << r.out;
     for (const char* want : {"version 3, alignment 32", "full attention    3 7", "recurrent         0 1 2 4 5 6",
                              "qwen35.block_count", "u32      8", "[string x 8218] [\"!\", \"\\\"\", \"#\"",
@@ -197,7 +205,7 @@ TEST(InfoCli, TextReport) {
 
 TEST(InfoCli, Sha256) {
     if (!test::reference_available()) GTEST_SKIP() << "reference data not found";
-    const std::string path = "'" + test::reference_path("tiny-qwen35.q4_k_m.gguf") + "'";
+    const std::string path = q(test::reference_path("tiny-qwen35.q4_k_m.gguf"));
     const std::string good = "aa6c7a1a97e390751c23377e56c45a7ec843a7654a961533a18c7b9f63a7b1b0";  // MANIFEST.md
     CliRun r = info(path + " --sha256 " + good);
     EXPECT_EQ(r.rc, 0);
@@ -219,14 +227,14 @@ TEST(InfoCli, Sha256) {
     r = info(path + " --sha256 --json");  // no value: just compute and print
     EXPECT_EQ(r.rc, 0);
     EXPECT_EQ(json::parse(r.out)["sha256"], good);
-    r = info("'" + test::reference_path("large/tiny-qwen35.f32.gguf") +
-             "' --json --sha256 5ad245a00ad0348644367a698c4fd89261337103dfa46f71dd7f8045456f593e");
+    r = info(q(test::reference_path("large/tiny-qwen35.f32.gguf")) +
+             " --json --sha256 5ad245a00ad0348644367a698c4fd89261337103dfa46f71dd7f8045456f593e");
     EXPECT_EQ(r.rc, 0);
 }
 
 TEST(InfoCli, CheckTensors) {
     if (!test::reference_available()) GTEST_SKIP() << "reference data not found";
-    CliRun r = info("'" + test::reference_path("tiny-qwen35.q4_k_m.gguf") + "' --check-tensors --json");
+    CliRun r = info(q(test::reference_path("tiny-qwen35.q4_k_m.gguf")) + " --check-tensors --json");
     ASSERT_EQ(r.rc, 0);
     json c = json::parse(r.out)["check_tensors"];
     EXPECT_EQ(c["checked"], 108);
@@ -235,20 +243,20 @@ TEST(InfoCli, CheckTensors) {
     // A file with a NaN in an F16 tensor and an infinite scale in the third Q8_0 block.
     std::vector<uint16_t> h(64, fp32_to_fp16(1.0f));
     h[37] = 0x7E00;  // NaN
-    std::vector<uint8_t> q(4 * 34, 0);
+    std::vector<uint8_t> q8(4 * 34, 0);
     uint16_t inf = 0x7C00;
-    std::memcpy(&q[2 * 34], &inf, 2);
+    std::memcpy(&q8[2 * 34], &inf, 2);
     std::vector<float> ok(8, 1.f);
     std::vector<uint8_t> iq(66, 0);
     gguf::Writer w;
     w.set_string("general.architecture", "test");
     w.add_tensor("good", GgmlType::F32, {8}, ok.data());
     w.add_tensor("half", GgmlType::F16, {32, 2}, h.data());
-    w.add_tensor("q8", GgmlType::Q8_0, {64, 2}, q.data());
+    w.add_tensor("q8", GgmlType::Q8_0, {64, 2}, q8.data());
     w.add_tensor("iq", GgmlType::IQ2_XXS, {256}, iq.data());  // not checkable: reported as skipped
     std::string p = test::temp_dir() + "/nan.gguf";
     w.write(p);
-    r = info("'" + p + "' --check-tensors --json");
+    r = info(q(p) + " --check-tensors --json");
     EXPECT_EQ(r.rc, 1);
     c = json::parse(r.out)["check_tensors"];
     ASSERT_EQ(c["bad"].size(), 2u) << c.dump();
@@ -262,7 +270,7 @@ TEST(InfoCli, CheckTensors) {
     EXPECT_EQ(c["skipped"].size(), 1u);
     EXPECT_EQ(c["checked"], 3);
     // The file itself is fine without --check-tensors.
-    EXPECT_EQ(info("'" + p + "'").rc, 0);
+    EXPECT_EQ(info(q(p)).rc, 0);
 }
 
 TEST(InfoCli, BadInput) {
@@ -272,11 +280,11 @@ TEST(InfoCli, BadInput) {
     FILE* f = std::fopen(junk.c_str(), "wb");
     std::fputs("GGUF\x03\0\0\0 truncated", f);
     std::fclose(f);
-    r = info("'" + junk + "'", true);
+    r = info(q(junk), true);
     EXPECT_EQ(r.rc, 1);
     EXPECT_EQ(r.out.rfind("error: gguf: ", 0), 0u) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
-    r = info("'" + test::temp_dir() + "/missing.gguf'", true);
+    r = info(q(test::temp_dir() + "/missing.gguf"), true);
     EXPECT_EQ(r.rc, 1);
     EXPECT_NE(r.out.find("cannot open file"), std::string::npos) << r.out;
 }

@@ -139,9 +139,11 @@ void print_markdown(const std::vector<Row>& rows) {
                 std::string(12, '-').c_str(), std::string(19, '-').c_str());
     for (const Row& r : rows) {
         const Stats s = stats(r.tps);
-        std::printf("| %-30s | %10s | %10s | %-16s | %7d | %13s | %20s |\n", r.model.c_str(), r.size.c_str(),
-                    r.params.c_str(), r.backend.c_str(), r.threads, r.test().c_str(),
-                    strfmt("%.2f ± %.2f", s.mean, s.stddev).c_str());
+        // printf pads bytes; "±" is two bytes but one column.
+        std::string tps = strfmt("%.2f ± %.2f", s.mean, s.stddev);
+        tps.insert(0, size_t(std::max(0, 21 - int(tps.size()))), ' ');
+        std::printf("| %-30s | %10s | %10s | %-16s | %7d | %13s | %s |\n", r.model.c_str(), r.size.c_str(),
+                    r.params.c_str(), r.backend.c_str(), r.threads, r.test().c_str(), tps.c_str());
     }
     for (const Row& r : rows) {
         if (r.ttft_ms.empty()) continue;
