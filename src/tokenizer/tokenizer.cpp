@@ -1,8 +1,6 @@
 // Encoding, decoding and queries of qinfer::Tokenizer; loading is in vocab_load.cpp.
 #include "tokenizer/tokenizer.h"
 
-#include <utf8proc.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -77,17 +75,9 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>&
 
 void Tokenizer::Impl::encode_fragment(std::string_view frag, std::vector<int32_t>& out) const {
     if (frag.empty()) return;
-    unsigned char* normalized = nullptr;
-    if (opts.nfc) {
-        // Invalid UTF-8 makes utf8proc fail: such a fragment stays as it is.
-        utf8proc_ssize_t len = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(frag.data()),
-                                            utf8proc_ssize_t(frag.size()), &normalized,
-                                            utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-        if (len >= 0)
-            frag = std::string_view(reinterpret_cast<const char*>(normalized), size_t(len));
-        else
-            normalized = nullptr;
-    }
+    std::string normalized;
+    // Invalid UTF-8 is not normalized: such a fragment stays as it is.
+    if (opts.nfc && unicode::to_nfc(frag, normalized)) frag = normalized;
     std::vector<size_t> ends;
     ends.reserve(frag.size() / 4 + 4);
     pretokenize(pre, frag, ends);
@@ -96,7 +86,6 @@ void Tokenizer::Impl::encode_fragment(std::string_view frag, std::vector<int32_t
         encode_piece(frag.substr(begin, end - begin), out);
         begin = end;
     }
-    std::free(normalized);
 }
 
 Tokenizer::Tokenizer(const gguf::File& file, const TokenizerOptions& opts) : impl_(std::make_unique<Impl>()) {

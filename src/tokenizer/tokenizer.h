@@ -3,7 +3,7 @@
 //
 // Behaviour matches llama.cpp (the reference ids were produced by it): special
 // tokens are split off first, each remaining fragment is pre-tokenized with
-// the deterministic scanner of spec §4.4 (Unicode classes from utf8proc) and
+// the deterministic scanner of spec §4.4 (compiled-in Unicode tables) and
 // every piece is BPE-merged by merge rank. Two deliberate differences:
 //   * invalid UTF-8 bytes are kept as raw bytes (each one classified like
 //     U+FFFD) instead of being replaced, so decode(encode(s)) == s for any s;

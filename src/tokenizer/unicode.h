@@ -19,12 +19,20 @@ enum : uint8_t {
     kWhitespace = 16, // \s = Unicode White_Space
 };
 
-// Class bits of a code point: general categories from the installed utf8proc
-// (Unicode 15.0 with Debian 12's utf8proc 2.8; llama.cpp's own tables may be
-// newer, which only matters for code points assigned since), the White_Space
-// list fixed in code. Anything else -- punctuation, symbols,
-// controls, format characters, unassigned -- is just kValid ("other").
+// Class bits of a code point: general categories and White_Space from the
+// compiled-in tables (unicode_tables.inc, Unicode 15.0, generated from utf8proc
+// 2.8 by tools/gen_unicode_tables.cpp; llama.cpp's own tables may be newer,
+// which only matters for code points assigned since). Anything else --
+// punctuation, symbols, controls, format characters, unassigned -- is just
+// kValid ("other").
 uint8_t cp_flags(uint32_t cp);
+
+// Unicode version of the compiled-in tables, e.g. "15.0.0".
+const char* unicode_version();
+
+// NFC (canonical composition) of text into out. Returns false, leaving out
+// unspecified, when text is not valid UTF-8: the caller keeps such text as it is.
+bool to_nfc(std::string_view text, std::string& out);
 
 // Simple lowercase mapping (for the contraction rule).
 uint32_t to_lower(uint32_t cp);

@@ -1,0 +1,31 @@
+# Cross-compiles the CPU build for 64-bit Windows with Debian's MinGW-w64
+# (packages mingw-w64, g++-mingw-w64-x86-64-posix). The -posix compilers give
+# std::thread and std::mutex (winpthreads); -static links libgcc, libstdc++ and
+# winpthread into qinfer.exe, so it runs on a bare Windows (or wine) without
+# any MinGW DLLs beside it.
+#
+#   cmake -S . -B build-mingw -DCMAKE_TOOLCHAIN_FILE=cmake/mingw-w64-x86_64.cmake \
+#         -DQINFER_CUDA=OFF -DQINFER_TESTS=OFF -DQINFER_BENCH=OFF
+set(CMAKE_SYSTEM_NAME Windows)
+set(CMAKE_SYSTEM_PROCESSOR x86_64)
+
+set(QINFER_MINGW_PREFIX x86_64-w64-mingw32)
+set(CMAKE_C_COMPILER ${QINFER_MINGW_PREFIX}-gcc-posix)
+set(CMAKE_CXX_COMPILER ${QINFER_MINGW_PREFIX}-g++-posix)
+set(CMAKE_RC_COMPILER ${QINFER_MINGW_PREFIX}-windres)
+
+# Libraries and headers come from the MinGW sysroot only: the host's
+# /usr/include holds glibc headers that break a Windows build. The few
+# header-only libraries we use are reached through cmake/host_headers.cmake.
+set(CMAKE_FIND_ROOT_PATH /usr/${QINFER_MINGW_PREFIX})
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
+
+set(CMAKE_EXE_LINKER_FLAGS_INIT "-static -static-libgcc -static-libstdc++")
+# Run cross-built helper programs (try_run, gtest discovery) under wine if asked.
+find_program(QINFER_WINE wine)
+if(QINFER_WINE)
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${QINFER_WINE})
+endif()
