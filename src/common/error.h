@@ -14,7 +14,10 @@ public:
 
 // printf-style message builder used by every layer (keeps call sites short).
 std::string strfmt(const char* fmt, ...)
-#if defined(__GNUC__)
+#if defined(__MINGW32__)
+    // MinGW's "printf" archetype is msvcrt's (no %zu); we use its C99 printf.
+    __attribute__((format(gnu_printf, 1, 2)))
+#elif defined(__GNUC__)
     __attribute__((format(printf, 1, 2)))
 #endif
     ;
