@@ -207,3 +207,26 @@ TEST(RunCli, BadInputGivesErrors) {
     run("bench -m " + quote(m) + " -p 0 -n 0", &rc, &err);
     EXPECT_NE(rc, 0);
 }
+
+TEST(RunCli, GpuLayersFlag) {
+    // auto (the default), all and N are accepted; without a GPU they all run on
+    // the CPU, and the greedy ids do not change. Anything else is a clear error.
+    REQUIRE_MODEL(m, "tiny-qwen35.f16.gguf");
+    int rc = 0;
+    std::string err;
+    for (const char* ngl : {"auto", "all", "0", "3"}) {
+        const std::string out = run("run -m " + quote(m) + " --ids " + kPromptIds + " -n 16 --temp 0 --print-ids -ngl " +
+                                        ngl + " --vram-limit 1GiB",
+                                    &rc, &err);
+        EXPECT_EQ(rc, 0) << ngl << ": " << err;
+        EXPECT_EQ(out, greedy_line("tiny-qwen35.f16.s7.json")) << ngl;
+    }
+    const std::pair<const char*, const char*> bad_flags[] = {
+        {"-ngl lots", "--gpu-layers"}, {"-ngl -3", "--gpu-layers"}, {"--vram-limit 12parsecs", "--vram-limit"}};
+    for (const auto& [flag, named] : bad_flags) {
+        run("run -m " + quote(m) + " --ids " + kPromptIds + " -n 2 " + flag, &rc, &err);
+        EXPECT_NE(rc, 0) << flag;
+        EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << flag << ": " << err;
+        EXPECT_NE(err.find(named), std::string::npos) << flag << ": " << err;
+    }
+}

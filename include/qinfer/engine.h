@@ -35,7 +35,8 @@ struct EngineOptions {
     int n_batch = 512;       // max tokens per forward call (prompt chunks)
     int n_slots = 1;         // parallel sequences the model allocates state for
     int n_threads = 0;       // CPU threads; 0 = physical cores
-    int gpu_layers = 0;      // layers on the GPU; -1 = as many as fit
+    int gpu_layers = 0;      // layers on the GPU (> n_layer: all, head too); -1 = auto (as many as fit)
+    uint64_t vram_limit = 0; // bytes the GPU may use (0 = what is free)
     bool kv_f32 = false;     // KV cache in f32 instead of f16
     std::string chat_template;  // Jinja source replacing the GGUF's tokenizer.chat_template
     bool jinja = false;         // run the GGUF's template with the Jinja engine instead of built-in ChatML

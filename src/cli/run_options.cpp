@@ -12,6 +12,7 @@
 #endif
 
 #include "common/error.h"
+#include "plan/gpus.h"
 
 namespace qinfer::cli {
 
@@ -34,7 +35,9 @@ void ModelFlags::add(CLI::App& app) {
     app.add_option("-c,--ctx-size", n_ctx, "context size in tokens (0 = from the model, at most 4096)");
     app.add_option("-b,--batch-size", n_batch, "max tokens per forward pass while processing the prompt");
     app.add_option("-t,--threads", n_threads, "CPU threads (0 = physical cores)");
-    app.add_option("--gpu-layers,--n-gpu-layers", gpu_layers, "layers to offload to the GPU (-ngl; -1 = all that fit)");
+    app.add_option("--gpu-layers,--n-gpu-layers", gpu_layers,
+                   "layers on the GPU (-ngl): N (the last N layers), all, or auto (as many as fit; default)");
+    app.add_option("--vram-limit", vram_limit, "GPU memory qinfer may use, e.g. 6GiB (default: what is free)");
     app.add_option("--kv-type,--cache-type-k", kv_type, "KV cache type (-ctk): f16 or f32")
         ->check(CLI::IsMember({"f16", "f32"}));
     app.add_flag("--jinja", jinja, "render chats with the model's own Jinja template (default: built-in ChatML)");
@@ -46,11 +49,22 @@ EngineOptions ModelFlags::engine_options() const {
     o.n_ctx = n_ctx;
     o.n_batch = n_batch;
     o.n_threads = n_threads;
-    o.gpu_layers = gpu_layers;
+    o.gpu_layers = parse_gpu_layers(gpu_layers);
+    if (!vram_limit.empty()) o.vram_limit = parse_bytes(vram_limit, "--vram-limit");
     o.kv_f32 = kv_type == "f32";
     o.jinja = jinja;
     if (!chat_template_file.empty()) o.chat_template = read_file_text(chat_template_file);
     return o;
+}
+
+int parse_gpu_layers(const std::string& s) {
+    if (s == "auto" || s == "-1") return -1;
+    if (s == "all" || s == "max") return 999;
+    char* end = nullptr;
+    const long v = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || *end != 0 || v < 0 || v > 100000)
+        fail(strfmt("--gpu-layers: expected a number of layers, 'all' or 'auto', got '%s'", s.c_str()));
+    return int(v);
 }
 
 void SamplingFlags::add(CLI::App& app) {

@@ -18,7 +18,8 @@ struct ModelFlags {
     int n_ctx = 0;
     int n_batch = 512;
     int n_threads = 0;
-    int gpu_layers = 0;
+    std::string gpu_layers = "auto";  // N, "all" or "auto"
+    std::string vram_limit;           // e.g. "8GiB"
     std::string kv_type = "f16";
     bool jinja = false;
     std::string chat_template_file;
@@ -35,6 +36,9 @@ struct SamplingFlags {
     void add(CLI::App& app);
     SamplingParams resolve(SamplingParams defaults) const;
 };
+
+// --gpu-layers: "auto" -> -1, "all" -> 999, N >= 0 -> N; Error otherwise.
+int parse_gpu_layers(const std::string& s);
 
 // "1,2,3" or "1 2 3" -> ids; Error on anything else.
 std::vector<int32_t> parse_id_list(const std::string& s);

@@ -13,6 +13,7 @@
 #include "model/dump.h"
 #include "model/layers.h"
 #include "model/model.h"
+#include "plan/planner.h"
 
 namespace qinfer {
 
@@ -317,25 +318,47 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     auto file = gguf::File::open(path);
     const HParams hp = HParams::from_gguf(*file);
     const int n_threads = opt.n_threads > 0 ? opt.n_threads : physical_cores();
+    const int64_t L = hp.n_layer;
     Placement pl;
     pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(n_threads)));
-    pl.layer.assign(size_t(hp.n_layer), 0);
-    if (opt.gpu_layers != 0) {
-        if (cuda_device_count() > 0) {
-            // -ngl N: the last N layers on the GPU (as llama.cpp); N > n_layer (or
-            // -1) also puts the embedding and the head there, so nothing but token
+    pl.layer.assign(size_t(L), 0);
+    int64_t ngl = 0;
+    if (opt.gpu_layers != 0 && cuda_device_count() > 0) {
+        ngl = opt.gpu_layers > 0 ? std::min<int64_t>(opt.gpu_layers, L + 1) : 0;
+        if (opt.gpu_layers == kGpuLayersAuto) {
+            // The planner against what the device has free once the CUDA
+            // context exists (and no more than --vram-limit).
+            uint64_t free_b = 0, total_b = 0;
+            if (!cuda_memory_info(0, &free_b, &total_b)) free_b = 0;
+            if (opt.vram_limit > 0) free_b = std::min(free_b, opt.vram_limit);
+            ngl = auto_gpu_layers(*file, hp, opt.n_ctx, opt.n_slots, opt.n_batch, opt.kv_type, free_b);
+            std::fprintf(stderr, "gpu layers: auto chose %lld of %lld (%.2f GiB free%s)\n", (long long)ngl,
+                         (long long)L + 1, double(free_b) / double(1ull << 30), opt.vram_limit ? ", --vram-limit" : "");
+        }
+        if (ngl > 0) {
+            // -ngl N: the last N layers on the GPU (as llama.cpp); N > n_layer
+            // also puts the embedding and the head there, so nothing but token
             // ids and logits crosses the bus.
-            const int64_t L = hp.n_layer;
-            const int64_t ngl = opt.gpu_layers < 0 ? L + 1 : std::min<int64_t>(opt.gpu_layers, L + 1);
-            pl.backends.push_back(make_cuda_backend(0));
+            pl.backends.push_back(make_cuda_backend(0, opt.vram_limit));
             for (int64_t il = L - std::min(ngl, L); il < L; ++il) pl.layer[size_t(il)] = 1;
             if (ngl > L) pl.embed = pl.head = 1;
-        } else {
-            std::fprintf(stderr, "warning: no usable GPU; running all %lld layers on the CPU\n",
-                         (long long)hp.n_layer);
         }
+    } else if (opt.gpu_layers > 0) {
+        std::fprintf(stderr, "warning: no usable GPU; running all %lld layers on the CPU\n", (long long)L);
     }
-    return std::make_unique<TransformerModel>(std::move(file), opt, std::move(pl));
+    if (ngl == 0) return std::make_unique<TransformerModel>(std::move(file), opt, std::move(pl));
+    try {
+        return std::make_unique<TransformerModel>(std::move(file), opt, std::move(pl));
+    } catch (const Error& e) {
+        // Everything allocated so far is gone with the half-built model; say
+        // what was tried and what to change.
+        const std::string msg = e.what();
+        if (msg.find("out of memory") == std::string::npos) throw;
+        fail(strfmt("%s; tried -ngl %lld of %lld at context %d x %d slot(s): lower -c, lower -ngl, or use "
+                    "--gpu-layers auto%s",
+                    msg.c_str(), (long long)ngl, (long long)L + 1, opt.n_ctx, opt.n_slots,
+                    opt.kv_type == GgmlType::F32 ? ", or an f16 KV cache" : ""));
+    }
 }
 
 }  // namespace qinfer

@@ -15,12 +15,16 @@ namespace qinfer {
 namespace gguf { class File; }
 class Backend;
 
+// --gpu-layers auto: as many layers as the memory planner fits in the free
+// device memory (0 without a GPU).
+constexpr int kGpuLayersAuto = -1;
+
 struct ModelOptions {
     int n_ctx = 4096;              // tokens of context per slot
     int n_slots = 1;               // parallel sequences (server -np)
     int n_batch = 512;             // max tokens per forward call (larger prompts are split by the caller)
     int n_threads = 0;             // CPU threads; 0 = physical cores
-    int gpu_layers = 0;            // layers on the GPU (-ngl); -1 = auto
+    int gpu_layers = 0;            // layers on the GPU (-ngl; > n_layer: all + head); kGpuLayersAuto: planner
     GgmlType kv_type = GgmlType::F16;  // F16 or F32
     uint64_t vram_limit = 0;       // bytes the GPU allocator may use (0 = what is free)
 };

@@ -79,6 +79,7 @@ void copy_between(const Tensor& src, const Tensor& dst) {
     if (src.backend == dst.backend) {
         src.backend->copy(src, dst);
     } else if (src.backend->host_memory()) {
+        src.backend->synchronize();  // src.data is read directly: finish src's pending ops first
         dst.backend->write(dst, src.data, bytes);
         dst.backend->synchronize();  // src may be overwritten by the next host-side op
     } else if (dst.backend->host_memory()) {
@@ -113,8 +114,11 @@ void Backend::argmax(const Tensor& logits, const Tensor& ids) {
 }
 
 #ifndef QINFER_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int) { fail("this build has no CUDA backend (configure with -DQINFER_CUDA=ON)"); }
+std::unique_ptr<Backend> make_cuda_backend(int, uint64_t) {
+    fail("this build has no CUDA backend (configure with -DQINFER_CUDA=ON)");
+}
 int cuda_device_count() { return 0; }
+bool cuda_memory_info(int, uint64_t*, uint64_t*) { return false; }
 #endif
 
 }  // namespace qinfer

@@ -193,9 +193,13 @@ class ThreadPool;
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<ThreadPool> pool);
 
 // The CUDA backend (runtime/cuda) on GPU `device`. Throws Error when the build
-// has no CUDA or no usable GPU is present.
-std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+// has no CUDA or no usable GPU is present. memory_limit > 0 caps the bytes it
+// may allocate (allocations beyond it fail as if the device were that small).
+std::unique_ptr<Backend> make_cuda_backend(int device = 0, uint64_t memory_limit = 0);
 // Number of usable CUDA devices (0 without CUDA or without a GPU); never throws.
 int cuda_device_count();
+// Free and total device memory as cudaMemGetInfo reports it (this creates the
+// CUDA context if it does not exist yet); false without CUDA or on error.
+bool cuda_memory_info(int device, uint64_t* free_bytes, uint64_t* total_bytes);
 
 }  // namespace qinfer

@@ -61,7 +61,7 @@ Rows bias_rows(const float* b, int64_t n, int64_t T) {
 
 // ---------------------------------------------------------------- lifetime
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), limit_(memory_limit) {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) fail(strfmt("CUDA: no usable GPU (%s)", cudaGetErrorString(e)));
@@ -121,7 +121,20 @@ template <class... A> void CudaBackend::sig(const A&... a) {
 }
 
 
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+std::unique_ptr<Backend> make_cuda_backend(int device, uint64_t memory_limit) {
+    return std::make_unique<CudaBackend>(device, memory_limit);
+}
+
+bool cuda_memory_info(int device, uint64_t* free_bytes, uint64_t* total_bytes) {
+    size_t f = 0, t = 0;
+    if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&f, &t) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    *free_bytes = f;
+    *total_bytes = t;
+    return true;
+}
 
 int cuda_device_count() {
     int n = 0;
@@ -141,15 +154,40 @@ void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
     if (s.p) {
         QINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
         drop_graphs();  // recorded steps point at the old buffer
-        QINFER_CUDA_CHECK(cudaFree(s.p));
+        device_free(s.p, s.bytes);
         s.p = nullptr;
         s.bytes = 0;
     }
     bytes = (bytes + 255) & ~size_t(255);
-    const cudaError_t e = cudaMalloc(&s.p, bytes);
-    if (e != cudaSuccess) fail(strfmt("CUDA: out of memory allocating %zu bytes of %s scratch", bytes, what));
+    s.p = device_malloc(bytes, strfmt("%s scratch", what).c_str());
     s.bytes = bytes;
     return s.p;
+}
+
+// Every device allocation goes through here, so a memory limit (--vram-limit)
+// is honoured exactly and an out-of-memory error says how much was in use.
+void* CudaBackend::device_malloc(size_t bytes, const char* what) {
+    constexpr double MiB = 1024.0 * 1024.0;
+    if (limit_ > 0 && in_use_ + bytes > limit_)
+        fail(strfmt("CUDA: out of memory allocating %s (%.1f MiB; %.1f MiB in use, limit %.1f MiB)", what,
+                    double(bytes) / MiB, double(in_use_) / MiB, double(limit_) / MiB));
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();  // clear the error so the backend stays usable
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        fail(strfmt("CUDA: out of memory allocating %s (%.1f MiB; %.1f MiB in use, %.1f MiB free on the device)", what,
+                    double(bytes) / MiB, double(in_use_) / MiB, double(free_b) / MiB));
+    }
+    in_use_ += bytes;
+    return p;
+}
+
+void CudaBackend::device_free(void* p, size_t bytes) {
+    if (!p) return;
+    QINFER_CUDA_CHECK(cudaFree(p));
+    in_use_ -= std::min<uint64_t>(in_use_, bytes);
 }
 
 // ---------------------------------------------------------------- memory
@@ -163,10 +201,7 @@ Tensor CudaBackend::alloc(GgmlType type, std::initializer_list<int64_t> ne, cons
     t.backend = this;
     t.name = name;
     const size_t bytes = std::max<size_t>(t.nbytes(), 1);
-    void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess)
-        fail(strfmt("CUDA: out of memory allocating %s %s (%zu bytes)", name, shape_str(t).c_str(), bytes));
+    void* p = device_malloc(bytes, strfmt("%s %s", name, shape_str(t).c_str()).c_str());
     QINFER_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
     owned_[p] = bytes;
     t.data = p;
@@ -179,7 +214,7 @@ void CudaBackend::free(Tensor& t) {
     flush();
     QINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
     drop_graphs();  // a recorded step may use the buffer
-    QINFER_CUDA_CHECK(cudaFree(t.data));
+    device_free(t.data, it->second);
     owned_.erase(it);
     weights_.erase(t.data);
     wrote(t);
@@ -216,9 +251,7 @@ Tensor CudaBackend::upload_blocks(GgmlType type, const int64_t ne[4], const void
         fail(strfmt("CUDA: tensor '%s': rows of %lld are not whole %s blocks", name, (long long)ne[0], tt.name));
     const int64_t n_blocks = t.n_elements() / tt.block_size;
     const cuda::WeightLayout l = cuda::weight_layout(type, n_blocks);
-    void* dev = nullptr;
-    if (cudaMalloc(&dev, std::max<size_t>(l.total, 1)) != cudaSuccess)
-        fail(strfmt("CUDA: out of memory uploading '%s' (%zu bytes)", name, l.total));
+    void* dev = device_malloc(std::max<size_t>(l.total, 1), strfmt("weight '%s'", name).c_str());
     owned_[dev] = l.total;
     t.data = dev;
 

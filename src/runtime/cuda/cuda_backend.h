@@ -19,7 +19,10 @@ namespace qinfer {
 
 class CudaBackend final : public Backend {
 public:
-    explicit CudaBackend(int device = 0);
+    // memory_limit > 0: allocations beyond that many bytes fail with a clear
+    // error as if the device were that small (--vram-limit).
+    explicit CudaBackend(int device = 0, uint64_t memory_limit = 0);
+    uint64_t memory_in_use() const { return in_use_; }
     ~CudaBackend() override;
 
     std::string name() const override;
@@ -75,6 +78,8 @@ private:
         size_t bytes = 0;
     };
     void* scratch(Scratch& s, size_t bytes, const char* what);
+    void* device_malloc(size_t bytes, const char* what);
+    void device_free(void* p, size_t bytes);
     cuda::DeviceWeight device_weight(const Tensor& w) const;
     Tensor upload_blocks(GgmlType type, const int64_t ne[4], const void* data, const char* name);
     // Quantized activations of x for weight type wt, reusing the last result
@@ -90,6 +95,8 @@ private:
     cudaStream_t upload_stream_ = nullptr;
     void* cublas_ = nullptr;  // cublasHandle_t
     std::unordered_map<const void*, size_t> owned_;  // allocation -> bytes
+    uint64_t limit_ = 0;   // bytes this backend may allocate (0: no limit but the device's)
+    uint64_t in_use_ = 0;  // bytes allocated now
     std::unordered_map<const void*, WeightInfo> weights_;
 
     // pinned staging ring for weight uploads

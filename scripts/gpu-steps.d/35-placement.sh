@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Split CPU/GPU execution on the 4B-shaped Q4_K_M model: throughput for
+# -ngl 0/8/16/24/all, --gpu-layers auto under 8/12/24 GiB limits and the whole
+# device, and the out-of-memory path (a clear error and exit 1, no crash).
+#   bash 35-placement.sh BUILD_DIR REF_DIR OUT_DIR
+set -uo pipefail
+BUILD=$1; REF=$2; OUT=$3
+Q="$BUILD/qinfer"
+M="${QINFER_BENCH_MODELS:-/tmp/qinfer-models}"
+f="$M/qwen35-4b-q4_k_m.gguf"
+[ -f "$f" ] || { echo "no $f (30-cuda-bench generates it): SKIP"; exit 0; }
+T=$(( $(nproc) ))
+echo "== -ngl sweep ($T threads): pp512 / tg64"
+for ngl in 0 8 16 24 all; do
+  timeout 240 "$Q" bench -m "$f" -p 512 -n 64 -r 2 -t "$T" -ngl "$ngl" -o md 2>"$OUT/ngl-$ngl.err" | grep -E "pp512|tg64" | sed "s/^/ngl $ngl /" \
+    || { echo "ngl $ngl FAILED"; tail -3 "$OUT/ngl-$ngl.err"; }
+  grep -iE "transfer|cross" "$OUT/ngl-$ngl.err" | head -2
+done
+echo "== --gpu-layers auto"
+for lim in 8GiB 12GiB 24GiB none; do
+  extra=""; [ "$lim" = none ] || extra="--vram-limit $lim"
+  out=$(timeout 120 "$Q" run -m "$f" -p "Hello" -n 16 --temp 0 -c 4096 -ngl auto $extra 2>&1)
+  rc=$?
+  echo "auto $lim: rc=$rc $(echo "$out" | grep -E "gpu layers|error" | head -2 | tr '\n' ' ') $(echo "$out" | grep -oE "[0-9.]+ tok/s" | tail -1)"
+done
+echo "== out of memory"
+out=$(timeout 120 "$Q" run -m "$f" -p "Hello" -n 4 -ngl all --vram-limit 1GiB 2>&1); rc=$?
+echo "ngl all, limit 1GiB: rc=$rc: $(echo "$out" | grep -E "error" | head -1)"
+out=$(timeout 120 "$Q" run -m "$f" -p "Hello" -n 4 -ngl all -c 131072 --vram-limit 3GiB 2>&1); rc=$?
+echo "ngl all, -c 131072, limit 3GiB: rc=$rc: $(echo "$out" | grep -E "error" | head -1)"
