@@ -37,9 +37,13 @@ void usage(FILE* out) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int raw_argc, char** raw_argv) {
+    // UTF-8 console and arguments first: on Windows the char argv is in the
+    // ANSI code page and a console prints in the OEM one, both lose Chinese text.
     qinfer::platform_init_console();
-    auto args = qinfer::platform_utf8_args(argc, argv);
+    auto args = qinfer::platform_utf8_args(raw_argc, raw_argv);
+    const int argc = int(args.size()) - 1;
+    char** argv = args.data();
     if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -51,7 +55,7 @@ int main(int argc, char** argv) {
     for (const Command& c : kCommands) {
         if (std::strcmp(argv[1], c.name) != 0) continue;
         try {
-            return c.fn(argc - 1, args.data() + 1);
+            return c.fn(argc - 1, argv + 1);
         } catch (const qinfer::Error& e) {
             std::fprintf(stderr, "error: %s\n", e.what());
             return 1;

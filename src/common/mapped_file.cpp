@@ -1,6 +1,7 @@
 #include "common/mapped_file.h"
 
 #include "common/error.h"
+#include "common/platform.h"
 
 #include <cerrno>
 #include <cstring>
@@ -18,19 +19,36 @@
 namespace qinfer {
 
 #ifdef _WIN32
-static std::wstring widen(const std::string& s) {
-    int n = MultiByteToWideChar(CP_UTF8, 0, s.data(), int(s.size()), nullptr, 0);
-    std::wstring w(size_t(n), L'\0');
-    MultiByteToWideChar(CP_UTF8, 0, s.data(), int(s.size()), w.data(), n);
-    return w;
+// The system's message for the last error, e.g. "The system cannot find the file specified."
+static std::string last_error() {
+    const DWORD code = GetLastError();
+    wchar_t* msg = nullptr;
+    const DWORD n = FormatMessageW(FORMAT_MESSAGE_ALLOCATE_BUFFER | FORMAT_MESSAGE_FROM_SYSTEM | FORMAT_MESSAGE_IGNORE_INSERTS,
+                                   nullptr, code, 0, reinterpret_cast<wchar_t*>(&msg), 0, nullptr);
+    std::string s;
+    if (n > 0 && msg) {
+        int len = WideCharToMultiByte(CP_UTF8, 0, msg, int(n), nullptr, 0, nullptr, nullptr);
+        s.resize(size_t(len > 0 ? len : 0));
+        if (len > 0) WideCharToMultiByte(CP_UTF8, 0, msg, int(n), s.data(), len, nullptr, nullptr);
+    }
+    if (msg) LocalFree(msg);
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '.')) s.pop_back();
+    return s.empty() ? strfmt("error %lu", (unsigned long)code) : s;
 }
 #endif
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
 #ifdef _WIN32
-    HANDLE f = CreateFileW(widen(path).c_str(), GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING,
-                           FILE_ATTRIBUTE_NORMAL, nullptr);
-    if (f == INVALID_HANDLE_VALUE) fail(strfmt("%s: cannot open file", path.c_str()));
+    // FILE_SHARE_DELETE too: a model being read must not stop a writer from
+    // replacing the file (rename over it), as on POSIX.
+    HANDLE f = CreateFileW(utf8_path(path).c_str(), GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE, nullptr,
+                           OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, nullptr);
+    if (f == INVALID_HANDLE_VALUE) fail(strfmt("%s: cannot open file: %s", path.c_str(), last_error().c_str()));
+    BY_HANDLE_FILE_INFORMATION fi;
+    if (GetFileInformationByHandle(f, &fi) && (fi.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY)) {
+        CloseHandle(f);
+        fail(strfmt("%s: not a regular file", path.c_str()));
+    }
     LARGE_INTEGER sz;
     if (!GetFileSizeEx(f, &sz)) {
         CloseHandle(f);
@@ -41,14 +59,16 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     if (size_ == 0) return;
     HANDLE m = CreateFileMappingW(f, nullptr, PAGE_READONLY, 0, 0, nullptr);
     if (!m) {
+        const std::string why = last_error();
         release();
-        fail(strfmt("%s: cannot map file", path.c_str()));
+        fail(strfmt("%s: cannot map file: %s", path.c_str(), why.c_str()));
     }
     mapping_ = m;
     data_ = static_cast<const uint8_t*>(MapViewOfFile(m, FILE_MAP_READ, 0, 0, 0));
     if (!data_) {
+        const std::string why = last_error();
         release();
-        fail(strfmt("%s: cannot map file", path.c_str()));
+        fail(strfmt("%s: cannot map file: %s", path.c_str(), why.c_str()));
     }
 #else
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -107,7 +127,7 @@ void MappedFile::release() {
 
 bool file_exists(const std::string& path) {
     std::error_code ec;
-    return std::filesystem::is_regular_file(std::filesystem::u8path(path), ec);
+    return std::filesystem::is_regular_file(utf8_path(path), ec);
 }
 
 }  // namespace qinfer
