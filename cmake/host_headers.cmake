@@ -18,3 +18,6 @@ if(NOT TARGET nlohmann_json::nlohmann_json)
   add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
 endif()
 unset(_dir)
+# cpp-httplib's header is found here too (the server is off in the MinGW build by
+# default, since Debian's httplib.h declares what only its Linux library defines).
+set(HTTPLIB_INCLUDE_DIR ${CMAKE_BINARY_DIR}/host-headers CACHE PATH "httplib.h for the cross build")
