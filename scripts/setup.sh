@@ -11,6 +11,16 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
 fi
+# Windows cross build and its smoke test under wine (scripts/windows-check.sh);
+# without recommends, which would pull in a desktop's worth of packages.
+WIN_PKGS="mingw-w64 g++-mingw-w64-x86-64-posix wine64 wine"
+missing=""
+for p in $WIN_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing \
+    || echo "setup: could not install$missing; the Windows check will fail or be skipped"
+fi
 # Node.js (for the OpenAI-client end-to-end tests) may come from Debian or elsewhere.
 if ! command -v node >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm || echo "setup: Node.js not installed; server end-to-end tests will be skipped"

@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/platform.h"
 #include "gguf/gguf.h"
 #include "tokenizer/escape.h"
 #include "tokenizer/tokenizer.h"
@@ -31,7 +32,7 @@ std::string read_input(const std::string& path) {
         ss << std::cin.rdbuf();
         return ss.str();
     }
-    std::ifstream in(path, std::ios::binary);
+    std::ifstream in(utf8_path(path), std::ios::binary);  // UTF-8 name, also on Windows
     if (!in) fail(strfmt("cannot open '%s'", path.c_str()));
     std::ostringstream ss;
     ss << in.rdbuf();

@@ -12,6 +12,7 @@
 #endif
 
 #include "common/error.h"
+#include "common/platform.h"
 #include "plan/gpus.h"
 
 namespace qinfer::cli {
@@ -136,7 +137,7 @@ std::string process_escapes(const std::string& s) {
 }
 
 std::string read_file_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
+    std::ifstream in(utf8_path(path), std::ios::binary);  // UTF-8 name, also on Windows
     if (!in) fail(strfmt("cannot open '%s'", path.c_str()));
     std::stringstream ss;
     ss << in.rdbuf();
