@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "quant/cpu_matmul.h"
 #include "quant/types.h"
 
 namespace qinfer {
@@ -48,6 +49,10 @@ Isa detected_isa();
 // Throws Error if the CPU does not support the requested level.
 void matmul_isa(Isa isa, GgmlType wt, const void* W, int64_t K, int64_t N, const float* x, int64_t T, float* y,
                 int64_t ldy, ThreadPool& pool);
+void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, const float* x, int64_t T,
+                      ThreadPool& pool);
 bool cpu_supports(Isa isa);
+// The kernel for one job, after checking its type and shape (throws Error).
+DotFn check_job(Isa isa, const MatmulJob& job, int64_t K, int64_t T);
 
 }  // namespace qinfer::kernels

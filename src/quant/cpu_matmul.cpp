@@ -1,7 +1,7 @@
-// cpu_matmul driver: validates shapes, quantizes the activations once per call,
-// splits the output rows (and, for long prompts, the activation rows) into
-// tasks for the thread pool, and calls the dot-product kernel of the best ISA
-// level the CPU supports. Tiling: a task owns a chunk of weight rows and a
+// cpu_matmul driver: validates shapes, quantizes the activations once per call
+// (once per group of matrices sharing an input), splits the output rows (and,
+// for long prompts, the activation rows) into tasks for one parallel region,
+// and calls the dot-product kernel of the best ISA level the CPU supports. Tiling: a task owns a chunk of weight rows and a
 // block of activation rows; it walks the activation rows in tiles of kMaxTile
 // so each weight block is unpacked once per tile and the chunk's weights stay
 // in L2 while the tiles pass over them.
@@ -137,11 +137,17 @@ const char* isa_name(Isa isa) {
     }
 }
 
-bool cpu_supports(Isa isa) { return isa <= compiled_limit(hardware_isa()); }
+// CPUID traps to the hypervisor on VMs (microseconds each), and cpu_matmul asks
+// on every call: probe once (thread-safe static initialisation).
+bool cpu_supports(Isa isa) {
+    static const Isa supported = compiled_limit(hardware_isa());
+    return isa <= supported;
+}
 
 Isa detected_isa() {
     static const Isa isa = [] {
-        Isa best = compiled_limit(hardware_isa());
+        Isa best = Isa::Avx512;
+        while (best > Isa::Scalar && !cpu_supports(best)) best = Isa(int(best) - 1);
         if (const char* env = std::getenv("QINFER_CPU_ISA")) {
             const std::string want(env);
             Isa forced = best;
@@ -174,61 +180,121 @@ size_t act_row_bytes(ActFormat f, int64_t K) {
     }
 }
 
-void matmul_isa(Isa isa, GgmlType wt, const void* W, int64_t K, int64_t N, const float* x, int64_t T, float* y,
-                int64_t ldy, ThreadPool& pool) {
-    if (!type_traits(uint32_t(wt))) fail(strfmt("cpu_matmul: unknown tensor type id %u", unsigned(wt)));
-    if (!cpu_supports(isa)) fail(strfmt("cpu_matmul: this CPU or build does not support %s", isa_name(isa)));
-    const DotFn dot = pick_dot(isa, wt);
-    if (!dot) fail(strfmt("cpu_matmul: unsupported weight type %s", type_name(wt)));
-    const uint32_t bs = traits(wt).block_size;
-    if (K <= 0 || N < 0 || T < 0 || K % bs != 0)
-        fail(strfmt("cpu_matmul: bad shape K=%lld N=%lld T=%lld for %s (K must be a positive multiple of %u)",
-                    (long long)K, (long long)N, (long long)T, type_name(wt), bs));
-    if (ldy < N) fail(strfmt("cpu_matmul: output stride %lld < N=%lld", (long long)ldy, (long long)N));
-    if (N == 0 || T == 0) return;
+namespace {
 
-    // 1. Activations -> 8-bit blocks, once per call (f32 weights use x as is).
-    const ActFormat af = act_format(wt);
-    const size_t ab = act_row_bytes(af, K);
-    const uint8_t* A = reinterpret_cast<const uint8_t*>(x);
-    thread_local std::vector<uint8_t> act_buf;
-    if (af != ActFormat::F32) {
-        if (act_buf.size() < ab * size_t(T)) act_buf.resize(ab * size_t(T));
-        uint8_t* dst = act_buf.data();
-        if (T >= 4)
+// A job's share of the region: nc weight rows x tc activation rows per task.
+struct JobPlan {
+    DotFn dot;
+    size_t wb;          // weight row bytes
+    const uint8_t* A;   // its activations, quantized
+    size_t ab;          // activation row bytes
+    int64_t nc, tc, n_chunks, first_task;
+};
+
+// Below this many multiply-adds a whole group runs on the calling thread: a
+// parallel region (wake, run, join) costs a few microseconds.
+constexpr double kInlineWork = 1 << 16;
+
+}  // namespace
+
+DotFn check_job(Isa isa, const MatmulJob& jb, int64_t K, int64_t T) {
+    if (!type_traits(uint32_t(jb.wt))) fail(strfmt("cpu_matmul: unknown tensor type id %u", unsigned(jb.wt)));
+    const DotFn dot = pick_dot(isa, jb.wt);
+    if (!dot) fail(strfmt("cpu_matmul: unsupported weight type %s", type_name(jb.wt)));
+    const uint32_t bs = traits(jb.wt).block_size;
+    if (K <= 0 || jb.N < 0 || T < 0 || K % bs != 0)
+        fail(strfmt("cpu_matmul: bad shape K=%lld N=%lld T=%lld for %s (K must be a positive multiple of %u)",
+                    (long long)K, (long long)jb.N, (long long)T, type_name(jb.wt), bs));
+    if (jb.ldy < jb.N) fail(strfmt("cpu_matmul: output stride %lld < N=%lld", (long long)jb.ldy, (long long)jb.N));
+    return dot;
+}
+
+void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, const float* x, int64_t T,
+                      ThreadPool& pool) {
+    if (!cpu_supports(isa)) fail(strfmt("cpu_matmul: this CPU or build does not support %s", isa_name(isa)));
+    std::vector<JobPlan> plans(n_jobs);
+    double work = 0;
+    bool need[4] = {};
+    for (size_t j = 0; j < n_jobs; ++j) {
+        const MatmulJob& jb = jobs[j];
+        plans[j].dot = check_job(isa, jb, K, T);
+        need[int(act_format(jb.wt))] = true;
+        work += double(jb.N) * double(K) * double(T);
+    }
+    if (T == 0 || work == 0) return;
+
+    // 1. Activations -> 8-bit blocks, once per format for the whole group (f32
+    //    weights use x as is).
+    thread_local std::vector<uint8_t> act_buf[4];
+    const uint8_t* act[4] = {reinterpret_cast<const uint8_t*>(x), nullptr, nullptr, nullptr};
+    for (int f = 1; f < 4; ++f) {
+        if (!need[f]) continue;
+        const ActFormat af = ActFormat(f);
+        const size_t ab = act_row_bytes(af, K);
+        std::vector<uint8_t>& buf = act_buf[f];
+        if (buf.size() < ab * size_t(T)) buf.resize(ab * size_t(T));
+        uint8_t* dst = buf.data();
+        if (T >= 4 && pool.size() > 1)
             pool.parallel_for(T, [&](int64_t t, int) { quantize_activation_row(af, x + t * K, dst + t * ab, K); });
         else
             for (int64_t t = 0; t < T; ++t) quantize_activation_row(af, x + t * K, dst + t * ab, K);
-        A = dst;
+        act[f] = dst;
     }
 
-    // 2. Tasks: nc weight rows x tc activation rows, sized so that each task's
-    //    weights and activations fit in L2 (~256 KiB each).
-    const size_t wb = row_bytes(wt, K);
-    const uint8_t* Wb = static_cast<const uint8_t*>(W);
+    // 2. Tasks, numbered job after job. Decode (T == 1) streams the weights:
+    //    tasks of ~16 KiB of consecutive rows, and the pool hands every thread a
+    //    contiguous run of them. Prefill: each task's weights and activations
+    //    fit in L2 (~256 KiB each).
     const int64_t threads = pool.size();
-    int64_t nc, tc;
-    if (T == 1) {
-        // Decode: pure streaming of the weights; enough tasks to balance the threads.
-        nc = clamp64(N / (threads * 16), 4, 128);
-        tc = 1;
-    } else {
-        nc = clamp64(int64_t((256 << 10) / wb), 4, 256);
-        tc = clamp64(int64_t((256 << 10) / ab), kMaxTile, 256) / kMaxTile * kMaxTile;
-        // Small N (e.g. DeltaNet gates): split the activation rows more finely.
-        const int64_t n_chunks = (N + nc - 1) / nc;
-        while (tc > kMaxTile && n_chunks * ((T + tc - 1) / tc) < threads * 4) tc = std::max<int64_t>(kMaxTile, tc / 2);
+    int64_t n_tasks = 0;
+    for (size_t j = 0; j < n_jobs; ++j) {
+        const MatmulJob& jb = jobs[j];
+        JobPlan& p = plans[j];
+        const ActFormat af = act_format(jb.wt);
+        p.wb = row_bytes(jb.wt, K);
+        p.ab = act_row_bytes(af, K);
+        p.A = act[int(af)];
+        if (T == 1) {
+            p.nc = clamp64(int64_t((16 << 10) / p.wb), 1, 256);
+            p.tc = 1;
+        } else {
+            p.nc = clamp64(int64_t((256 << 10) / p.wb), 4, 256);
+            p.tc = clamp64(int64_t((256 << 10) / p.ab), kMaxTile, 256) / kMaxTile * kMaxTile;
+            // Small N (e.g. DeltaNet gates): split the activation rows more finely.
+            const int64_t n_chunks = (jb.N + p.nc - 1) / p.nc;
+            while (p.tc > kMaxTile && n_chunks * ((T + p.tc - 1) / p.tc) < threads * 4)
+                p.tc = std::max<int64_t>(kMaxTile, p.tc / 2);
+        }
+        p.n_chunks = (jb.N + p.nc - 1) / p.nc;
+        p.first_task = n_tasks;
+        n_tasks += p.n_chunks * ((T + p.tc - 1) / p.tc);
     }
-    const int64_t n_chunks = (N + nc - 1) / nc, t_blocks = (T + tc - 1) / tc;
-    pool.parallel_for(n_chunks * t_blocks, [&](int64_t task, int) {
-        const int64_t o0 = (task % n_chunks) * nc, o1 = std::min(N, o0 + nc);
-        const int64_t t0 = (task / n_chunks) * tc, t1 = std::min(T, t0 + tc);
+    auto run_task = [&](int64_t task, int) {
+        size_t j = 0;
+        while (j + 1 < n_jobs && plans[j + 1].first_task <= task) ++j;
+        const MatmulJob& jb = jobs[j];
+        const JobPlan& p = plans[j];
+        const int64_t local = task - p.first_task;
+        const int64_t o0 = (local % p.n_chunks) * p.nc, o1 = std::min(jb.N, o0 + p.nc);
+        const int64_t t0 = (local / p.n_chunks) * p.tc, t1 = std::min(T, t0 + p.tc);
+        const uint8_t* Wb = static_cast<const uint8_t*>(jb.W);
         for (int64_t t = t0; t < t1; t += kMaxTile) {
             const int R = int(std::min<int64_t>(kMaxTile, t1 - t));
             for (int64_t o = o0; o < o1; ++o)
-                dot(K, Wb + size_t(o) * wb, A + size_t(t) * ab, ab, R, y + t * ldy + o, ldy);
+                p.dot(K, Wb + size_t(o) * p.wb, p.A + size_t(t) * p.ab, p.ab, R, jb.y + t * jb.ldy + o, jb.ldy);
         }
-    });
+    };
+    if (work < kInlineWork || threads == 1) {
+        for (int64_t i = 0; i < n_tasks; ++i) run_task(i, 0);
+        return;
+    }
+    pool.parallel_for(n_tasks, run_task);
+}
+
+void matmul_isa(Isa isa, GgmlType wt, const void* W, int64_t K, int64_t N, const float* x, int64_t T, float* y,
+                int64_t ldy, ThreadPool& pool) {
+    const MatmulJob job{wt, W, N, y, ldy};
+    matmul_group_isa(isa, &job, 1, K, x, T, pool);
 }
 
 }  // namespace qinfer::kernels
@@ -238,6 +304,15 @@ namespace qinfer {
 void cpu_matmul(GgmlType wt, const void* W, int64_t K, int64_t N, const float* x, int64_t T, float* y,
                 int64_t ldy, ThreadPool& pool) {
     kernels::matmul_isa(kernels::detected_isa(), wt, W, K, N, x, T, y, ldy, pool);
+}
+
+void cpu_matmul_check(GgmlType wt, int64_t K, int64_t N, int64_t ldy) {
+    const MatmulJob job{wt, nullptr, N, nullptr, ldy};
+    kernels::check_job(kernels::detected_isa(), job, K, 0);
+}
+
+void cpu_matmul_group(const MatmulJob* jobs, size_t n_jobs, int64_t K, const float* x, int64_t T, ThreadPool& pool) {
+    kernels::matmul_group_isa(kernels::detected_isa(), jobs, n_jobs, K, x, T, pool);
 }
 
 const char* cpu_kernel_isa() { return kernels::isa_name(kernels::detected_isa()); }

@@ -64,6 +64,7 @@ Tensor CpuBackend::alloc(GgmlType type, std::initializer_list<int64_t> ne, const
 }
 
 void CpuBackend::free(Tensor& t) {
+    flush();
     auto it = owned_.find(t.data);
     if (it == owned_.end()) return;  // a weight view or a foreign pointer: nothing to free
     aligned_release(t.data);
@@ -83,20 +84,27 @@ Tensor CpuBackend::upload_weight(const gguf::TensorInfo& ti) {
 }
 
 void CpuBackend::write(const Tensor& dst, const void* src, size_t bytes, size_t offset) {
+    flush();
     std::memcpy(static_cast<uint8_t*>(dst.data) + offset, src, bytes);
 }
 
 void CpuBackend::read(const Tensor& src, void* dst, size_t bytes, size_t offset) {
+    flush();
     std::memcpy(dst, static_cast<const uint8_t*>(src.data) + offset, bytes);
 }
 
-void CpuBackend::fill_zero(const Tensor& t) { std::memset(t.data, 0, t.nbytes()); }
+void CpuBackend::fill_zero(const Tensor& t) {
+    flush();
+    std::memset(t.data, 0, t.nbytes());
+}
 
 void CpuBackend::copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offset, size_t bytes) {
+    flush();
     std::memmove(static_cast<uint8_t*>(t.data) + dst_offset, static_cast<const uint8_t*>(t.data) + src_offset, bytes);
 }
 
 void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+    flush();
     if (src.n_elements() != dst.n_elements() || src.type != dst.type)
         fail(strfmt("copy %s %s -> %s %s: shapes differ", src.name, shape_str(src).c_str(), dst.name,
                     shape_str(dst).c_str()));
@@ -112,6 +120,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 void CpuBackend::get_rows(const Tensor& w, const Tensor& ids, const Tensor& out) {
+    flush();
     const int64_t T = ids.ne[0];
     const int32_t* id = static_cast<const int32_t*>(ids.data);
     for (int64_t t = 0; t < T; ++t)
@@ -123,18 +132,46 @@ void CpuBackend::get_rows(const Tensor& w, const Tensor& ids, const Tensor& out)
     });
 }
 
+namespace {
+bool overlaps(const Tensor& a, const Tensor& b) {
+    const uint8_t* a0 = static_cast<const uint8_t*>(a.data);
+    const uint8_t* b0 = static_cast<const uint8_t*>(b.data);
+    return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+}  // namespace
+
 void CpuBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, const Tensor* bias) {
     const int64_t K = w.ne[0], N = w.ne[1], T = x.ne[1];
-    if (x.ne[0] != K || y.ne[0] != N || y.ne[1] != T || x.nb[1] != size_t(K) * 4)
+    if (x.ne[0] != K || y.ne[0] != N || y.ne[1] != T || x.nb[1] != size_t(K) * 4 || y.nb[1] % 4 != 0 ||
+        (bias && *bias && (bias->ne[0] != N || bias->type != GgmlType::F32)))
         fail(strfmt("matmul %s %s: x %s, y %s do not fit", w.name, shape_str(w).c_str(), shape_str(x).c_str(),
                     shape_str(y).c_str()));
-    cpu_matmul(w.type, w.data, K, N, static_cast<const float*>(x.data), T, static_cast<float*>(y.data),
-                int64_t(y.nb[1] / 4), *pool_);
-    if (bias && *bias) {
-        const float* bv = static_cast<const float*>(bias->data);
+    cpu_matmul_check(w.type, K, N, int64_t(y.nb[1] / 4));  // errors at the call, not at the deferred run
+    // Join the held-back group when this product reads the same input and its
+    // output collides with nothing the group reads or writes.
+    bool join = !pending_.empty() && pending_x_.data == x.data && pending_x_.ne[0] == K && pending_x_.ne[1] == T &&
+                !overlaps(y, x);
+    for (size_t i = 0; join && i < pending_.size(); ++i) join = !overlaps(y, pending_[i].y);
+    if (!join) flush();
+    pending_x_ = x;
+    pending_.push_back({w, y, bias && *bias ? *bias : Tensor{}});
+}
+
+void CpuBackend::run_pending() {
+    std::vector<PendingMatmul> group;
+    group.swap(pending_);  // empty even if a product throws
+    const Tensor x = pending_x_;
+    const int64_t K = x.ne[0], T = x.ne[1];
+    std::vector<MatmulJob> jobs;
+    for (const PendingMatmul& m : group)
+        jobs.push_back({m.w.type, m.w.data, m.w.ne[1], static_cast<float*>(m.y.data), int64_t(m.y.nb[1] / 4)});
+    cpu_matmul_group(jobs.data(), jobs.size(), K, static_cast<const float*>(x.data), T, *pool_);
+    for (const PendingMatmul& m : group) {
+        if (!m.bias) continue;
+        const float* bv = static_cast<const float*>(m.bias.data);
         for (int64_t t = 0; t < T; ++t) {
-            float* yr = y.row<float>(t);
-            for (int64_t i = 0; i < N; ++i) yr[i] += bv[i];
+            float* yr = m.y.row<float>(t);
+            for (int64_t i = 0; i < m.w.ne[1]; ++i) yr[i] += bv[i];
         }
     }
 }

@@ -1,9 +1,14 @@
 // CPU backend: host memory, weights used in place from the memory-mapped GGUF,
-// ops run synchronously on a shared thread pool.
+// ops run on a shared thread pool. Every op runs when it is issued except
+// matmul: consecutive matmuls on the same input (q/k/v, the DeltaNet input
+// projections, FFN gate/up) are held back and run as one group, one parallel
+// region instead of one per matrix. Any other call, read() and synchronize()
+// included, runs the held-back group first.
 #pragma once
 #include <algorithm>
 #include <memory>
 #include <set>
+#include <vector>
 
 #include "common/thread_pool.h"
 #include "runtime/backend.h"
@@ -25,7 +30,8 @@ public:
     void write(const Tensor& dst, const void* src, size_t bytes, size_t offset) override;
     void read(const Tensor& src, void* dst, size_t bytes, size_t offset) override;
     void fill_zero(const Tensor& t) override;
-    void synchronize() override {}
+    void synchronize() override { flush(); }
+    void end_graph() override { flush(); }
 
     void get_rows(const Tensor& w, const Tensor& ids, const Tensor& out) override;
     void matmul(const Tensor& w, const Tensor& x, const Tensor& y, const Tensor* bias) override;
@@ -69,6 +75,17 @@ public:
     }
 
 private:
+    // Runs the held-back matmuls (see the file comment).
+    void flush() {
+        if (!pending_.empty()) run_pending();
+    }
+    void run_pending();
+
+    struct PendingMatmul {
+        Tensor w, y, bias;
+    };
+    std::vector<PendingMatmul> pending_;
+    Tensor pending_x_;
 
     std::shared_ptr<ThreadPool> pool_;
     std::set<void*> owned_;

@@ -13,6 +13,7 @@ namespace qinfer {
 
 void CpuBackend::conv1d_silu(const Tensor& x, const Tensor& w, const RecurrentState& state, const StepInfo& step,
                              const Tensor& out) {
+    flush();
     const int64_t C = x.ne[0], T = x.ne[1], K = w.ne[0];
     const Tensor& cs = state.conv;
     if (T != step.n_tokens || w.ne[1] != C || cs.ne[0] != C || cs.ne[1] != K - 1 || out.ne[0] != C || out.ne[1] != T)
@@ -43,6 +44,7 @@ void CpuBackend::conv1d_silu(const Tensor& x, const Tensor& w, const RecurrentSt
 void CpuBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
                                   const Tensor& b, const Tensor& dt_bias, const Tensor& ssm_a,
                                   const RecurrentState& state, const StepInfo& step, const Tensor& out) {
+    flush();
     const int64_t dk = q.ne[0], Hk = q.ne[1], T = q.ne[2];
     const int64_t dv = v.ne[0], Hv = v.ne[1];
     const Tensor& S = state.S;
