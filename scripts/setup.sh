@@ -25,6 +25,11 @@ fi
 if ! command -v node >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm || echo "setup: Node.js not installed; server end-to-end tests will be skipped"
 fi
+# The openai npm client for tests/server_e2e, pinned by its package-lock.json
+# (installed here so that tests never download anything).
+if command -v npm >/dev/null 2>&1 && [ -f tests/server_e2e/package-lock.json ]; then
+  (cd tests/server_e2e && npm ci --no-audit --no-fund --loglevel=error) || echo "setup: npm ci failed; server end-to-end tests will be skipped"
+fi
 BUILD_DIR="${BUILD_DIR:-build}"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${QINFER_CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j"$(nproc)"

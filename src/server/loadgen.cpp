@@ -1,0 +1,157 @@
+#include "server/loadgen.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/error.h"
+
+namespace qinfer::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+struct One {
+    bool ok = false;
+    std::string error;
+    double ttft_ms = 0;
+    std::vector<int32_t> tokens;
+};
+
+One request(const LoadOptions& opt, const std::string& prompt) {
+    One out;
+    httplib::Client cli(opt.host, opt.port);
+    const auto secs = time_t(opt.timeout_s);
+    cli.set_read_timeout(secs, 0);
+    cli.set_connection_timeout(10, 0);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"prompt", prompt},     {"max_tokens", opt.max_tokens}, {"temperature", 0},
+                    {"ignore_eos", true},   {"stream", true},               {"return_tokens", true}}
+                   .dump();
+    req.set_header("Content-Type", "application/json");
+    if (!opt.api_key.empty()) req.set_header("Authorization", "Bearer " + opt.api_key);
+    const auto t0 = Clock::now();
+    std::string buf;
+    bool first = true, done = false, finished = false;
+    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+        buf.append(d, n);
+        size_t at;
+        while ((at = buf.find("\n\n")) != std::string::npos) {
+            const std::string ev = buf.substr(0, at);
+            buf.erase(0, at + 2);
+            if (ev.rfind("data: ", 0) != 0) {
+                out.error = "malformed event: " + ev.substr(0, 80);
+                return false;
+            }
+            const std::string data = ev.substr(6);
+            if (data == "[DONE]") {
+                done = true;
+                continue;
+            }
+            json j = json::parse(data, nullptr, false);
+            if (j.is_discarded() || !j.contains("choices")) {
+                out.error = "bad chunk: " + data.substr(0, 120);
+                return false;
+            }
+            if (first) {
+                out.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+                first = false;
+            }
+            const json& c = j["choices"][0];
+            if (!c["finish_reason"].is_null()) {
+                finished = true;
+                if (c.contains("tokens")) out.tokens = c["tokens"].get<std::vector<int32_t>>();
+            }
+        }
+        return true;
+    };
+    httplib::Result r = cli.send(req);
+    if (!r) {
+        if (out.error.empty()) out.error = "connection failed: " + httplib::to_string(r.error());
+        return out;
+    }
+    if (r->status != 200) {
+        out.error = strfmt("HTTP %d: %s", r->status, buf.substr(0, 160).c_str());
+        return out;
+    }
+    if (!out.error.empty()) return out;
+    if (!done || !finished) {
+        out.error = "stream ended without a finish reason and [DONE]";
+        return out;
+    }
+    out.ok = true;
+    return out;
+}
+
+double percentile(std::vector<double> v, double p) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t i = std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5));
+    return v[i];
+}
+
+}  // namespace
+
+std::string LoadResult::summary() const {
+    return strfmt("clients %3d | requests %6lld ok, %lld failed, %lld mismatched | %8lld tokens in %.1f s = %9.1f tok/s | "
+                  "TTFT p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+                  clients, (long long)requests_ok, (long long)requests_failed, (long long)mismatches, (long long)tokens,
+                  wall_s, tokens_per_s, ttft_p50_ms, ttft_p99_ms, ttft_max_ms);
+}
+
+LoadResult run_load(const LoadOptions& opt_in) {
+    LoadOptions opt = opt_in;
+    if (opt.prompts.empty())
+        for (int i = 0; i < 8; i++)
+            opt.prompts.push_back(strfmt("<|im_start|>user\nWrite a short poem about the number %d.<|im_end|>\n"
+                                         "<|im_start|>assistant\n",
+                                         i * 37 + 5));
+    LoadResult res;
+    res.clients = opt.clients;
+    std::mutex mu;
+    std::vector<double> ttfts;
+    const auto t0 = Clock::now();
+    const auto end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.duration_s));
+    std::atomic<int64_t> next{0};
+    std::vector<std::thread> th;
+    for (int c = 0; c < opt.clients; c++) {
+        th.emplace_back([&] {
+            while (Clock::now() < end) {
+                const std::string& prompt = opt.prompts[size_t(next++ % int64_t(opt.prompts.size()))];
+                One o = request(opt, prompt);
+                std::lock_guard<std::mutex> lock(mu);
+                if (!o.ok) {
+                    res.requests_failed++;
+                    if (res.errors.size() < 5) res.errors.push_back(o.error);
+                    continue;
+                }
+                res.requests_ok++;
+                res.tokens += int64_t(o.tokens.size());
+                ttfts.push_back(o.ttft_ms);
+                auto it = res.outputs.find(prompt);
+                if (it == res.outputs.end())
+                    res.outputs.emplace(prompt, o.tokens);
+                else if (it->second != o.tokens)
+                    res.mismatches++;
+            }
+        });
+    }
+    for (auto& t : th) t.join();
+    res.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    res.tokens_per_s = res.wall_s > 0 ? double(res.tokens) / res.wall_s : 0;
+    res.ttft_p50_ms = percentile(ttfts, 0.50);
+    res.ttft_p99_ms = percentile(ttfts, 0.99);
+    res.ttft_max_ms = ttfts.empty() ? 0 : *std::max_element(ttfts.begin(), ttfts.end());
+    return res;
+}
+
+}  // namespace qinfer::server

@@ -1,0 +1,42 @@
+// A small load generator for `qinfer serve`: N concurrent clients, each
+// sending streaming /v1/completions requests back to back for a while, and
+// the numbers that matter for serving: aggregate generated tokens/s and the
+// time-to-first-token distribution. Also checks every reply (well-formed
+// events, [DONE], finish reason, and -- with greedy sampling -- the same
+// tokens for the same prompt), so a load test can assert nothing was lost or
+// corrupted. `qinfer serve loadgen` runs it from the command line.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace qinfer::server {
+
+struct LoadOptions {
+    std::string host = "127.0.0.1";
+    int port = 8080;
+    std::string api_key;
+    int clients = 8;
+    double duration_s = 10;         // clients start no new request after this
+    int max_tokens = 64;            // per request (ignore_eos: exactly this many)
+    std::vector<std::string> prompts;  // cycled through; default: a few short chat prompts
+    double timeout_s = 120;         // per request
+};
+
+struct LoadResult {
+    int clients = 0;
+    int64_t requests_ok = 0, requests_failed = 0, mismatches = 0;
+    int64_t tokens = 0;             // generated tokens of successful requests
+    double wall_s = 0;
+    double tokens_per_s = 0;        // aggregate
+    double ttft_p50_ms = 0, ttft_p99_ms = 0, ttft_max_ms = 0;
+    std::vector<std::string> errors;  // the first few failures, one line each
+    std::map<std::string, std::vector<int32_t>> outputs;  // prompt -> tokens (first seen)
+
+    std::string summary() const;  // one line
+};
+
+LoadResult run_load(const LoadOptions& opt);
+
+}  // namespace qinfer::server
