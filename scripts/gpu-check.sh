@@ -22,6 +22,15 @@ if ls .gpu-deps/*.deb >/dev/null 2>&1; then
   export CMAKE_PREFIX_PATH="$PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   export LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export CPATH="$PREFIX/usr/include${CPATH:+:$CPATH}"
+  # Debian's cpp-httplib is a compiled library: a .pc file pointing at the
+  # private prefix, without the static-only Requires.private (whose -dev
+  # packages the machine may lack).
+  if [ -f "$PREFIX/usr/lib/x86_64-linux-gnu/pkgconfig/cpp-httplib.pc" ]; then
+    mkdir -p "$PREFIX/pc"
+    sed -e "s|^prefix=.*|prefix=$PREFIX/usr|" -e '/^Requires.private/d' \
+      "$PREFIX/usr/lib/x86_64-linux-gnu/pkgconfig/cpp-httplib.pc" > "$PREFIX/pc/cpp-httplib.pc"
+    export PKG_CONFIG_PATH="$PREFIX/pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  fi
 fi
 REF="${QINFER_REFERENCE_DIR:-}"
 [ -z "$REF" ] && { [ -d .gpu-data ] && REF="$PWD/.gpu-data" || REF="$PWD/../shared/reference"; }
