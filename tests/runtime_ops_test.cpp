@@ -9,11 +9,15 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <atomic>
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "common/fp16.h"
 #include "common/thread_pool.h"
 #include "gguf/gguf.h"
+#include "quant/cpu_matmul.h"
 #include "quant/quant.h"
 #include "runtime/backend.h"
 
@@ -450,6 +454,89 @@ TEST(RuntimeOps, CpuResultsIndependentOfThreadCount) {
         results[which].push_back(download(*be, o));
     }
     for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[0][i], results[1][i]) << "output " << i;
+}
+
+// Every index exactly once, for task counts below, at and above the thread
+// count, with the pool oversubscribed (8 threads on this machine's cores), and
+// with gaps and slow tasks long enough that both the workers and the caller
+// fall asleep between and within regions (the wake-up paths).
+TEST(RuntimeOps, ThreadPoolRunsEveryTaskOnce) {
+    for (int nt : {2, 3, 8}) {
+        ThreadPool pool(nt);
+        for (int64_t n : {int64_t(0), int64_t(1), int64_t(2), int64_t(7), int64_t(64), int64_t(1000)}) {
+            for (int rep = 0; rep < 3; ++rep) {
+                std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+                const uint64_t before = pool.regions();
+                pool.parallel_for(n, [&](int64_t i, int tid) {
+                    ASSERT_GE(tid, 0);
+                    ASSERT_LT(tid, nt);
+                    if (rep == 2 && i == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                    hits[size_t(i)].fetch_add(1);
+                });
+                for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "n=" << n << " i=" << i;
+                EXPECT_EQ(pool.regions() - before, n > 1 ? 1u : 0u) << "n=" << n;
+                if (rep == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            }
+        }
+        std::vector<int> seen(size_t(nt), 0);
+        pool.run_on_all([&](int id, int n) {
+            EXPECT_EQ(n, nt);
+            seen[size_t(id)]++;
+        });
+        for (int v : seen) EXPECT_EQ(v, 1);
+    }
+}
+
+// Consecutive matmuls on one input run as one parallel region, with the same
+// results as separate products; a different input or any other op ends the
+// group, and later ops see the products.
+TEST(RuntimeOps, CpuMatmulsOnOneInputShareARegion) {
+    auto pool = std::make_shared<ThreadPool>(2);
+    auto be = make_cpu_backend(pool);
+    const int64_t K = 512, T = 1;
+    const int64_t Ns[3] = {160, 192, 256};  // each alone is worth a region
+    std::vector<std::vector<uint8_t>> wq(3);
+    std::vector<Tensor> w(3), y(3);
+    const std::vector<float> xs = random_vec(size_t(K * T), 90);
+    Tensor x = upload(*be, xs, {K, T});
+    for (int i = 0; i < 3; ++i) {
+        const std::vector<float> wf = random_vec(size_t(K * Ns[i]), 91 + uint32_t(i));
+        wq[size_t(i)].resize(row_bytes(GgmlType::Q4_K, K) * size_t(Ns[i]));
+        for (int64_t r = 0; r < Ns[i]; ++r)
+            quantize_row(GgmlType::Q4_K, wf.data() + r * K, wq[size_t(i)].data() + size_t(r) * row_bytes(GgmlType::Q4_K, K), K);
+        w[size_t(i)].type = GgmlType::Q4_K;
+        w[size_t(i)].ne[0] = K;
+        w[size_t(i)].ne[1] = Ns[i];
+        set_contiguous_strides(w[size_t(i)]);
+        w[size_t(i)].data = wq[size_t(i)].data();
+        w[size_t(i)].name = "w";
+        y[size_t(i)] = be->alloc(GgmlType::F32, {Ns[i], T});
+    }
+    const uint64_t r0 = pool->regions();
+    for (int i = 0; i < 3; ++i) be->matmul(w[size_t(i)], x, y[size_t(i)]);
+    Tensor sum = be->alloc(GgmlType::F32, {Ns[0], T});
+    be->add(y[0], y[0], sum);  // ends the group; must see y[0]
+    EXPECT_EQ(pool->regions() - r0, 1u) << "three products on one input: one fork/join";
+    ThreadPool one(1);
+    for (int i = 0; i < 3; ++i) {
+        std::vector<float> want(size_t(Ns[i] * T));
+        cpu_matmul(GgmlType::Q4_K, wq[size_t(i)].data(), K, Ns[i], xs.data(), T, want.data(), Ns[i], one);
+        const std::vector<float> got = download(*be, y[size_t(i)]);
+        for (size_t k = 0; k < got.size(); ++k) ASSERT_EQ(got[k], want[k]) << "matrix " << i << " row " << k;
+        if (i == 0) {
+            const std::vector<float> s = download(*be, sum);
+            for (size_t k = 0; k < s.size(); ++k) ASSERT_EQ(s[k], 2 * want[k]) << "add after the group, row " << k;
+        }
+    }
+    // A different input starts a new group: two regions (each product is
+    // large enough to be worth one).
+    Tensor x2 = upload(*be, random_vec(size_t(K * T), 95), {K, T});
+    Tensor y2 = be->alloc(GgmlType::F32, {Ns[2], T});
+    const uint64_t r1 = pool->regions();
+    be->matmul(w[2], x, y[2]);
+    be->matmul(w[2], x2, y2);
+    be->synchronize();
+    EXPECT_EQ(pool->regions() - r1, 2u);
 }
 
 }  // namespace

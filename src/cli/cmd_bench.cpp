@@ -3,11 +3,19 @@
 // table layout: mean ± standard deviation over the repetitions, after one
 // unmeasured warm-up run. -p/-n/-t/-ngl/--depth take comma lists; every
 // combination is measured. Random token ids: no tokenizer involved.
+//
+// Decode at batch 1 reads every weight once per token, so for CPU runs the
+// command also measures this machine's read bandwidth with the same thread
+// count and reports, per tg test, the weight bytes a token reads, the decode
+// bytes/s that implies and its fraction of the measured bandwidth.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -16,6 +24,7 @@
 #include "cli/run_options.h"
 #include "common/error.h"
 #include "common/platform.h"
+#include "common/thread_pool.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "sampling/rng.h"
@@ -67,12 +76,82 @@ struct Row {
     uint64_t file_bytes = 0, n_params = 0;
     std::vector<double> tps;      // per repetition
     std::vector<double> ttft_ms;  // pp tests: prompt + first-token sampling
+    uint64_t decode_bytes = 0;    // weight bytes one decode step reads
+    double mem_bw_gbs = 0;        // measured read bandwidth (CPU runs; 0 = not measured)
+    bool is_tg() const { return n_prompt == 0 && n_gen > 0; }
+    double decode_gbs() const { return is_tg() ? stats(tps).mean * double(decode_bytes) / 1e9 : 0.0; }
+    double bw_fraction() const { return mem_bw_gbs > 0 ? decode_gbs() / mem_bw_gbs : 0.0; }
     std::string test() const {
         std::string t = n_prompt > 0 ? strfmt("pp%d", n_prompt) : strfmt("tg%d", n_gen);
         if (depth > 0) t += strfmt(" @ d%d", depth);
         return t;
     }
 };
+
+// Bytes of weights one decode step reads: every tensor of the main layers
+// (MTP layers never run), the output norm and head, and one row of the token
+// embedding (all of it when the head is tied to it). KV-cache reads are not
+// counted: they are small next to the weights at the depths measured here.
+uint64_t decode_weight_bytes(const Model& model) {
+    const gguf::File& f = model.file();
+    const int64_t n_layer = model.hparams().n_layer;
+    const bool tied = f.find_tensor("output.weight") == nullptr;
+    uint64_t total = 0;
+    for (const gguf::TensorInfo& t : f.tensors()) {
+        if (t.name.rfind("blk.", 0) == 0) {
+            if (std::strtol(t.name.c_str() + 4, nullptr, 10) < n_layer) total += t.nbytes;
+        } else if (t.name == "token_embd.weight" && !tied) {
+            total += t.rows() > 0 ? t.nbytes / uint64_t(t.rows()) : 0;
+        } else {
+            total += t.nbytes;
+        }
+    }
+    return total;
+}
+
+// Read bandwidth with `threads` threads, in GB/s (1e9 bytes/s): every thread
+// sums its own contiguous slice of a 1 GiB buffer (far larger than any
+// last-level cache, so it streams from memory); best of several passes, as
+// STREAM reports. Pages are first touched by the thread that reads them.
+double measure_read_bandwidth(int threads) {
+    constexpr size_t kBytes = size_t(1) << 30, kWords = kBytes / 8;
+    std::unique_ptr<uint64_t[]> buf(new uint64_t[kWords]);
+    ThreadPool pool(threads);
+    auto slice = [](int id, int nt, size_t& a, size_t& b) {
+        a = kWords * size_t(id) / size_t(nt);
+        b = kWords * size_t(id + 1) / size_t(nt);
+    };
+    pool.run_on_all([&](int id, int nt) {
+        size_t a, b;
+        slice(id, nt, a, b);
+        for (size_t i = a; i < b; ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
+    });
+    std::vector<uint64_t> sums(size_t(threads) * 8);  // one cache line per thread
+    double best = 0;
+    for (int pass = 0; pass < 6; ++pass) {
+        const auto t0 = Clock::now();
+        pool.run_on_all([&](int id, int nt) {
+            size_t a, b;
+            slice(id, nt, a, b);
+            uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // independent chains: loads, not adds, bound the loop
+            size_t i = a;
+            for (; i + 4 <= b; i += 4) {
+                s0 += buf[i];
+                s1 += buf[i + 1];
+                s2 += buf[i + 2];
+                s3 += buf[i + 3];
+            }
+            for (; i < b; ++i) s0 += buf[i];
+            sums[size_t(id) * 8] = s0 + s1 + s2 + s3;
+        });
+        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (pass > 0) best = std::max(best, double(kBytes) / sec / 1e9);  // pass 0 warms the TLB
+    }
+    uint64_t all = 0;
+    for (uint64_t v : sums) all += v;
+    if (all == 1) std::fprintf(stderr, " ");  // keeps the sums (and the reads) alive
+    return best;
+}
 
 std::string human_size(uint64_t bytes) {
     const double gib = double(bytes) / (1024.0 * 1024.0 * 1024.0);
@@ -152,6 +231,16 @@ void print_markdown(const std::vector<Row>& rows) {
                     s.stddev);
     }
     std::printf("\n");
+    int last_bw_threads = -1;
+    for (const Row& r : rows) {
+        if (!r.is_tg() || r.mem_bw_gbs <= 0) continue;
+        if (r.threads != last_bw_threads)
+            std::printf("\nmemory read bandwidth (threads %d): %.2f GB/s\n", r.threads, r.mem_bw_gbs);
+        last_bw_threads = r.threads;
+        std::printf("%s (threads %d): %.1f MB weights/token, decode %.2f GB/s = %.1f%% of the measured bandwidth\n",
+                    r.test().c_str(), r.threads, double(r.decode_bytes) / 1e6, r.decode_gbs(),
+                    100.0 * r.bw_fraction());
+    }
 }
 
 void print_json(const std::vector<Row>& rows) {
@@ -177,19 +266,30 @@ void print_json(const std::vector<Row>& rows) {
             j["avg_ttft_ms"] = t.mean;
             j["stddev_ttft_ms"] = t.stddev;
         }
+        if (r.is_tg()) {
+            j["decode_bytes_per_token"] = r.decode_bytes;
+            j["decode_gbs"] = r.decode_gbs();
+            if (r.mem_bw_gbs > 0) {
+                j["mem_bw_gbs"] = r.mem_bw_gbs;
+                j["bw_fraction"] = r.bw_fraction();
+            }
+        }
         arr.push_back(j);
     }
     std::printf("%s\n", arr.dump(2).c_str());
 }
 
 void print_csv(const std::vector<Row>& rows) {
+    // Bandwidth columns are 0 where they do not apply (pp tests, GPU runs).
     std::printf("model_type,model_size,model_n_params,backends,n_threads,n_gpu_layers,n_prompt,n_gen,n_depth,avg_ts,"
-                "stddev_ts\n");
+                "stddev_ts,decode_bytes_per_token,decode_gbs,mem_bw_gbs,bw_fraction\n");
     for (const Row& r : rows) {
         const Stats s = stats(r.tps);
-        std::printf("\"%s\",%llu,%llu,\"%s\",%d,%d,%d,%d,%d,%.6f,%.6f\n", r.model.c_str(),
+        std::printf("\"%s\",%llu,%llu,\"%s\",%d,%d,%d,%d,%d,%.6f,%.6f,%llu,%.6f,%.6f,%.6f\n", r.model.c_str(),
                     (unsigned long long)r.file_bytes, (unsigned long long)r.n_params, r.backend.c_str(), r.threads,
-                    r.ngl, r.n_prompt, r.n_gen, r.depth, s.mean, s.stddev);
+                    r.ngl, r.n_prompt, r.n_gen, r.depth, s.mean, s.stddev,
+                    (unsigned long long)(r.is_tg() ? r.decode_bytes : 0), r.decode_gbs(), r.is_tg() ? r.mem_bw_gbs : 0.0,
+                    r.bw_fraction());
     }
 }
 
@@ -228,6 +328,10 @@ int cmd_bench(int argc, char** argv) {
             for (int n : ns) max_ctx = std::max({max_ctx, d + p, d + n});
     if (max_ctx == 0) fail("nothing to measure: all -p and -n values are 0");
 
+    bool any_tg = false;
+    for (int n : ns) any_tg |= n > 0;
+    std::map<int, double> bandwidth;  // per thread count, measured once
+
     std::vector<Row> rows;
     Rng rng(1234);
     for (int ngl : ngls) {
@@ -243,6 +347,9 @@ int cmd_bench(int argc, char** argv) {
             Model& model = engine->model();
             const int n_vocab = info.n_vocab;
             const std::string size_label(model.file().get_string("general.size_label").value_or("?B"));
+            const bool on_cpu = info.backend.find("CUDA") == std::string::npos;
+            const uint64_t decode_bytes = decode_weight_bytes(model);
+            if (on_cpu && any_tg && !bandwidth.count(threads)) bandwidth[threads] = measure_read_bandwidth(threads);
             std::vector<Row> tests;
             for (int d : depths) {
                 for (int p : ps) {
@@ -262,7 +369,9 @@ int cmd_bench(int argc, char** argv) {
                 r.model = info.arch + " " + size_label + " " + info.file_type;
                 r.size = human_size(info.file_bytes);
                 r.params = human_params(info.n_params);
-                r.backend = info.backend.find("CUDA") != std::string::npos ? "CUDA" : "CPU";
+                r.backend = on_cpu ? "CPU" : "CUDA";
+                r.decode_bytes = decode_bytes;
+                r.mem_bw_gbs = on_cpu && r.is_tg() ? bandwidth[threads] : 0.0;
                 r.threads = threads;
                 r.ngl = ngl;
                 r.file_bytes = info.file_bytes;

@@ -1,0 +1,76 @@
+// `qinfer bench` bandwidth report: the weight bytes a decode step reads
+// (cross-checked against the GGUF's tensor table), the measured read
+// bandwidth, and the derived decode GB/s and fraction, in json, csv and md.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "gguf/gguf.h"
+#include "testutil.h"
+
+using namespace qinfer;
+using namespace qinfer::test;
+
+namespace {
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+std::string run(const std::string& args, int* rc) {
+    std::string out;
+    *rc = run_command(quote(qinfer_binary()) + " " + args + " 2>/dev/null", &out);
+    return out;
+}
+
+// Independent count (models without MTP layers): every tensor, except that a
+// model with its own output.weight reads one row of the token embedding only.
+uint64_t expected_decode_bytes(const std::string& path, bool want_tied) {
+    auto f = gguf::File::open(path);
+    bool has_output = false;
+    for (const gguf::TensorInfo& t : f->tensors()) has_output |= t.name == "output.weight";
+    EXPECT_EQ(!has_output, want_tied) << path;
+    uint64_t total = 0;
+    for (const gguf::TensorInfo& t : f->tensors())
+        total += t.name == "token_embd.weight" && has_output ? t.nbytes / uint64_t(t.ne[1]) : t.nbytes;
+    return total;
+}
+
+}  // namespace
+
+TEST(BenchCli, BandwidthFieldsInJsonCsvAndMarkdown) {
+    if (!reference_available()) GTEST_SKIP() << "reference models not available";
+    const std::string m = reference_path("tiny-qwen2.q8_0.gguf");  // own output.weight
+    const uint64_t want_bytes = expected_decode_bytes(m, false);
+    int rc = 0;
+    const std::string out = run("bench -m " + quote(m) + " -p 8 -n 8 -r 2 -t 1 -o json", &rc);
+    ASSERT_EQ(rc, 0) << out;
+    const auto j = nlohmann::json::parse(out);
+    ASSERT_EQ(j.size(), 2u);
+    EXPECT_FALSE(j[0].contains("mem_bw_gbs")) << "pp rows carry no decode bandwidth";
+    const auto& tg = j[1];
+    ASSERT_EQ(tg["test"], "tg8");
+    EXPECT_EQ(tg["decode_bytes_per_token"].get<uint64_t>(), want_bytes);
+    const double bw = tg["mem_bw_gbs"].get<double>(), dec = tg["decode_gbs"].get<double>(),
+                 frac = tg["bw_fraction"].get<double>(), ts = tg["avg_ts"].get<double>();
+    EXPECT_GT(bw, 0.1);    // any machine reads more than 100 MB/s
+    EXPECT_LT(bw, 10000);  // and less than 10 TB/s
+    EXPECT_NEAR(dec, ts * double(want_bytes) / 1e9, 1e-6 * dec);
+    EXPECT_NEAR(frac, dec / bw, 1e-9 + 1e-6 * frac);
+
+    const std::string m2 = reference_path("tiny-qwen3.q4_k_m.gguf");  // head tied to the embedding
+    const uint64_t want_tied = expected_decode_bytes(m2, true);
+    const std::string csv = run("bench -m " + quote(m2) + " -p 0 -n 4 -r 1 -t 1 -o csv", &rc);
+    ASSERT_EQ(rc, 0) << csv;
+    std::istringstream lines(csv);
+    std::string header, row;
+    std::getline(lines, header);
+    std::getline(lines, row);
+    EXPECT_NE(header.find("decode_bytes_per_token,decode_gbs,mem_bw_gbs,bw_fraction"), std::string::npos) << header;
+    EXPECT_NE(row.find("," + std::to_string(want_tied) + ","), std::string::npos) << row;
+
+    const std::string md = run("bench -m " + quote(m2) + " -p 0 -n 4 -r 1 -t 1", &rc);
+    ASSERT_EQ(rc, 0) << md;
+    EXPECT_NE(md.find("memory read bandwidth (threads 1):"), std::string::npos) << md;
+    EXPECT_NE(md.find("of the measured bandwidth"), std::string::npos) << md;
+}
