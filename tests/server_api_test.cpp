@@ -98,7 +98,7 @@ protected:
         o.engine.n_ctx = 512;
         o.engine.n_slots = 4;
         o.engine.n_batch = 64;
-        o.engine.n_threads = 2;
+        o.engine.n_threads = 1;  // the CI machine is small and shared: one thread avoids oversubscription
         o.queue_size = 16;
         o.max_body_bytes = 64 << 10;
         o.checkpoint_interval = 0;
@@ -433,7 +433,7 @@ TEST(ServerLimits, ApiKeyQueueAndShutdown) {
     o.port = 0;
     o.engine.n_ctx = 1024;
     o.engine.n_slots = 1;
-    o.engine.n_threads = 2;
+    o.engine.n_threads = 1;  // the CI machine is small and shared: one thread avoids oversubscription
     o.queue_size = 1;
     o.api_key = "sekrit-key";
     o.shutdown_grace = std::chrono::milliseconds(200);

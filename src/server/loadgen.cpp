@@ -76,7 +76,10 @@ One request(const LoadOptions& opt, const std::string& prompt) {
     };
     httplib::Result r = cli.send(req);
     if (!r) {
-        if (out.error.empty()) out.error = "connection failed: " + httplib::to_string(r.error());
+        if (out.error.empty())
+            out.error = strfmt("connection failed after %.0f ms: %s",
+                               std::chrono::duration<double, std::milli>(Clock::now() - t0).count(),
+                               httplib::to_string(r.error()).c_str());
         return out;
     }
     if (r->status != 200) {

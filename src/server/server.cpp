@@ -134,8 +134,18 @@ int Server::listen() {
     http_->set_read_timeout(30, 0);
     http_->set_write_timeout(30, 0);
     routes();
+    // httplib listens with a backlog of 5: a burst of clients connecting
+    // while the CPU is busy with a forward pass overflows it (connections
+    // reset after a second). Remember the socket to listen again with room.
+    socket_t listen_sock = INVALID_SOCKET;
+    http_->set_socket_options([&listen_sock](socket_t sock) {
+        httplib::default_socket_options(sock);
+        listen_sock = sock;
+    });
     port_ = opt_.port == 0 ? http_->bind_to_any_port(opt_.host) : (http_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
     if (port_ <= 0) fail(strfmt("cannot listen on %s:%d (address in use or not available)", opt_.host.c_str(), opt_.port));
+    if (listen_sock != INVALID_SOCKET) ::listen(listen_sock, 1024);  // raises the backlog (Linux, BSD)
+    http_->set_socket_options(httplib::default_socket_options);
     listener_ = std::thread([this] { http_->listen_after_bind(); });
     return port_;
 }

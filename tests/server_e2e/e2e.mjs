@@ -27,7 +27,7 @@ if (!binary || !existsSync(binary) || !existsSync(model)) {
 const { default: OpenAI } = await import('openai');
 
 const KEY = 'e2e-test-key';
-const server = spawn(binary, ['serve', '-m', model, '--port', '0', '-np', '4', '-c', '1024', '-t', '2',
+const server = spawn(binary, ['serve', '-m', model, '--port', '0', '-np', '4', '-c', '1024', '-t', '1',
                               '--api-key', KEY, '--shutdown-grace', '2'],
                      { stdio: ['ignore', 'inherit', 'pipe'] });
 const watchdog = setTimeout(() => { console.error('FAIL: timed out'); server.kill('SIGKILL'); process.exit(1); }, 240_000);
