@@ -26,9 +26,12 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 set(ENV{PKG_CONFIG_LIBDIR} /usr/${QINFER_MINGW_PREFIX}/lib/pkgconfig)
 set(ENV{PKG_CONFIG_PATH} "")
 
-# MinGW's own C99 printf family (%zu, %lld), not msvcrt's.
-set(CMAKE_C_FLAGS_INIT "-D__USE_MINGW_ANSI_STDIO=1")
-set(CMAKE_CXX_FLAGS_INIT "-D__USE_MINGW_ANSI_STDIO=1")
+# -D__USE_MINGW_ANSI_STDIO=1: MinGW's own C99 printf family (%zu, %lld), not
+# msvcrt's. -muse-unaligned-vector-move: GCC cannot align the stack to 32/64
+# bytes under the Windows x64 ABI, so AVX/AVX-512 spills with aligned moves
+# can fault (GCC bug 54412); the assembler makes every such move unaligned.
+set(CMAKE_C_FLAGS_INIT "-D__USE_MINGW_ANSI_STDIO=1 -Wa,-muse-unaligned-vector-move")
+set(CMAKE_CXX_FLAGS_INIT "-D__USE_MINGW_ANSI_STDIO=1 -Wa,-muse-unaligned-vector-move")
 set(CMAKE_EXE_LINKER_FLAGS_INIT "-static -static-libgcc -static-libstdc++")
 # Run cross-built helper programs (try_run, gtest discovery) under wine if asked.
 find_program(QINFER_WINE wine)

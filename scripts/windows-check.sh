@@ -58,7 +58,8 @@ for f in tiny-qwen35.q4_k_m.gguf vocab-qwen35.gguf; do
 done
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/qinfer-windows-check.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+WINESERVER=$(command -v wineserver || ls /usr/lib/wine/wineserver64 2>/dev/null || true)
+trap '[ -z "$WINESERVER" ] || "$WINESERVER" -k 2>/dev/null; rm -rf "$WORK"' EXIT
 export WINEPREFIX="$WORK/wineprefix" WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml=" WINEARCH=win64
 # UTF-8 locale: wine converts the Unix command line to UTF-16 with it.
 export LC_ALL=C.UTF-8

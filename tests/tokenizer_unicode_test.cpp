@@ -4,7 +4,9 @@
 // the tables were generated from.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
