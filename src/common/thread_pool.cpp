@@ -39,10 +39,6 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_tasks(int id) {
-    if (all_fn_) {
-        (*all_fn_)(id, n_threads_);
-        return;
-    }
     // Own range first, then the others' leftovers (neighbours first).
     for (int k = 0; k < n_threads_; ++k) {
         Range& r = ranges_[size_t((id + k) % n_threads_)];
@@ -74,8 +70,18 @@ void ThreadPool::worker(int id) {
         }
         seen = g;
         if (stop_) return;
+        // Enter region g unless it has been closed (or superseded) meanwhile.
+        uint64_t s = region_.load(std::memory_order_acquire);
+        bool entered = false;
+        while ((s & ~kInside) == gen_bits(g))  // this generation, not closed
+            if (region_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) {
+                entered = true;
+                break;
+            }
+        if (!entered) continue;
         run_tasks(id);
-        if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+        const uint64_t before = region_.fetch_sub(1);  // seq_cst: ordered before the caller_sleeping_ check
+        if ((before & kInside) == 1 && caller_sleeping_.load()) {
             std::lock_guard<std::mutex> lk(mu_);
             done_cv_.notify_one();
         }
@@ -83,23 +89,27 @@ void ThreadPool::worker(int id) {
 }
 
 void ThreadPool::start_region() {
-    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1);  // seq_cst: ordered before the sleepers_ check below
+    const uint64_t g = generation_.load(std::memory_order_relaxed) + 1;
+    region_.store(gen_bits(g), std::memory_order_release);  // open, nobody inside
+    generation_.store(g);  // seq_cst: ordered before the sleepers_ check below
     if (sleepers_.load() > 0) {
         std::lock_guard<std::mutex> lk(mu_);
         work_cv_.notify_all();
     }
 }
 
-void ThreadPool::wait_region() {
-    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+void ThreadPool::close_region() {
+    // All tasks are taken once the caller's run_tasks returns: close the region
+    // to latecomers and wait only for the workers still running a task.
+    region_.fetch_or(kClosed);
+    for (int spins = 0; (region_.load(std::memory_order_acquire) & kInside) != 0; ++spins) {
         if (spins < spin_limit_) {
             QINFER_PAUSE();
             continue;
         }
         std::unique_lock<std::mutex> lk(mu_);
         caller_sleeping_.store(true);
-        done_cv_.wait(lk, [&] { return pending_.load() == 0; });
+        done_cv_.wait(lk, [&] { return (region_.load() & kInside) == 0; });
         caller_sleeping_.store(false);
         break;
     }
@@ -112,27 +122,18 @@ void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t,
         return;
     }
     task_fn_ = &fn;
-    all_fn_ = nullptr;
     for (int t = 0; t < n_threads_; ++t) {
         ranges_[size_t(t)].next.store(n_tasks * t / n_threads_, std::memory_order_relaxed);
         ranges_[size_t(t)].end = n_tasks * (t + 1) / n_threads_;
     }
     start_region();
     run_tasks(0);
-    wait_region();
+    close_region();
 }
 
 void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
-    if (n_threads_ == 1) {
-        fn(0, 1);
-        return;
-    }
-    all_fn_ = &fn;
-    task_fn_ = nullptr;
-    start_region();
-    run_tasks(0);
-    wait_region();
-    all_fn_ = nullptr;
+    const int n = n_threads_;
+    parallel_for(n, [&](int64_t part, int) { fn(int(part), n); });
 }
 
 }  // namespace qinfer

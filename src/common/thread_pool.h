@@ -11,6 +11,12 @@
 // lets a thread that finishes early take tasks from the others' ranges: with
 // tasks that are consecutive weight rows, each thread streams one contiguous
 // slice of memory, and a descheduled thread does not stall the region.
+//
+// The join waits only for workers that are running a task. A worker that has
+// not joined the region by the time the caller has taken the last task (it was
+// asleep, or the OS had not scheduled it) finds the region closed and skips it,
+// so on a busy machine a region costs what its work costs, not a scheduler
+// time slice per late thread.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -39,7 +45,9 @@ public:
     // Not reentrant: fn must not call parallel_for on the same pool.
     void parallel_for(int64_t n_tasks, const std::function<void(int64_t, int)>& fn);
 
-    // Calls fn(thread_id, n_threads) once on every thread (static partitioning).
+    // Calls fn(part, n_parts) once for every part in [0, n_parts = size()):
+    // static partitioning. Part t runs on thread t unless that thread is late,
+    // in which case another thread runs it.
     void run_on_all(const std::function<void(int, int)>& fn);
 
     // Parallel regions run so far (the fork/join count; for tests and profiles).
@@ -54,7 +62,11 @@ private:
     void worker(int id);
     void run_tasks(int id);
     void start_region();  // publishes the region and wakes sleeping workers
-    void wait_region();   // the caller's wait for the workers
+    void close_region();  // the caller's join: close, then wait for the workers inside
+
+    // Region word: generation (bits 33-63), closed flag (bit 32), workers inside (bits 0-31).
+    static constexpr uint64_t kClosed = uint64_t(1) << 32, kInside = kClosed - 1;
+    static uint64_t gen_bits(uint64_t g) { return g << 33; }
 
     int n_threads_;
     int spin_limit_;  // pause iterations before a waiting thread sleeps
@@ -67,9 +79,8 @@ private:
     std::atomic<uint64_t> generation_{0};
     std::atomic<int> sleepers_{0};
     std::atomic<bool> caller_sleeping_{false};
-    std::atomic<int> pending_{0};
+    std::atomic<uint64_t> region_{0};
     const std::function<void(int64_t, int)>* task_fn_ = nullptr;
-    const std::function<void(int, int)>* all_fn_ = nullptr;
     std::atomic<bool> stop_{false};
 };
 
