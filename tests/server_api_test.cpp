@@ -411,6 +411,7 @@ TEST_F(ServerTest, DisconnectCancelsWithinASecond) {
 }
 
 TEST_F(ServerTest, MetricsExposition) {
+    ASSERT_EQ(post(port_, "/v1/chat/completions", chat_body("count me", 3)).status, 200);
     Reply r = call(port_, "GET", "/metrics", "");
     ASSERT_EQ(r.status, 200);
     for (const char* name : {"qinfer_requests_total{outcome=\"ok\"}", "qinfer_prompt_tokens_total", "qinfer_generated_tokens_total",

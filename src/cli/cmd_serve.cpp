@@ -33,6 +33,10 @@ int cmd_loadgen(int argc, char** argv) {
     app.add_option("--duration", lo.duration_s, "seconds per run")->check(CLI::Range(0.1, 3600.0));
     app.add_option("--max-tokens", lo.max_tokens, "tokens generated per request")->check(CLI::Range(1, 1 << 20));
     app.add_option("--prompt-file", prompt_file, "prompts, one per line (default: short built-in chat prompts)");
+    int history = 0, turns = 3;
+    app.add_option("--multiturn", history,
+                   "instead: one conversation with a history of about N tokens; prints each turn's TTFT and cached tokens");
+    app.add_option("--turns", turns, "--multiturn: turns")->check(CLI::Range(2, 100));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -48,6 +52,13 @@ int cmd_loadgen(int argc, char** argv) {
             at = nl + 1;
         }
         if (lo.prompts.empty()) fail(prompt_file + ": no prompts in the file");
+    }
+    if (history > 0) {
+        const std::vector<server::TurnResult> tr = server::run_multiturn(lo, history, turns);
+        for (size_t i = 0; i < tr.size(); i++)
+            std::printf("turn %zu: prompt %d tokens, cached %d, processed %d, TTFT %.1f ms\n", i + 1, tr[i].prompt_tokens,
+                        tr[i].cached_tokens, tr[i].prompt_tokens - tr[i].cached_tokens, tr[i].ttft_ms);
+        return 0;
     }
     int bad = 0;
     for (int32_t n : parse_id_list(clients)) {

@@ -128,14 +128,14 @@ LoadResult run_load(const LoadOptions& opt_in) {
     std::vector<std::thread> th;
     for (int c = 0; c < opt.clients; c++) {
         th.emplace_back([&] {
-            while (Clock::now() < end) {
+            do {  // every client sends at least one request
                 const std::string& prompt = opt.prompts[size_t(next++ % int64_t(opt.prompts.size()))];
                 One o = request(opt, prompt);
                 std::lock_guard<std::mutex> lock(mu);
                 if (!o.ok) {
                     res.requests_failed++;
                     if (res.errors.size() < 5) res.errors.push_back(o.error);
-                    continue;
+                    continue;  // to the loop condition
                 }
                 res.requests_ok++;
                 res.tokens += int64_t(o.tokens.size());
@@ -145,7 +145,7 @@ LoadResult run_load(const LoadOptions& opt_in) {
                     res.outputs.emplace(prompt, o.tokens);
                 else if (it->second != o.tokens)
                     res.mismatches++;
-            }
+            } while (Clock::now() < end);
         });
     }
     for (auto& t : th) t.join();
@@ -155,6 +155,91 @@ LoadResult run_load(const LoadOptions& opt_in) {
     res.ttft_p99_ms = percentile(ttfts, 0.99);
     res.ttft_max_ms = ttfts.empty() ? 0 : *std::max_element(ttfts.begin(), ttfts.end());
     return res;
+}
+
+namespace {
+
+json post_json(const LoadOptions& opt, const std::string& path, const json& body) {
+    httplib::Client cli(opt.host, opt.port);
+    cli.set_read_timeout(time_t(opt.timeout_s), 0);
+    httplib::Headers h;
+    if (!opt.api_key.empty()) h.emplace("Authorization", "Bearer " + opt.api_key);
+    httplib::Result r = cli.Post(path.c_str(), h, body.dump(), "application/json");
+    if (!r) fail("request to " + path + " failed: " + httplib::to_string(r.error()));
+    if (r->status != 200) fail(strfmt("%s: HTTP %d: %s", path.c_str(), r->status, r->body.substr(0, 200).c_str()));
+    return json::parse(r->body);
+}
+
+}  // namespace
+
+std::vector<TurnResult> run_multiturn(const LoadOptions& opt, int history_tokens, int turns) {
+    // Filler text: a fixed pseudo-random word sequence, sized with /tokenize.
+    static const char* kWords[] = {"alpha", "river", "stone",  "quiet",  "market", "seven",  "cloud",  "paper",
+                                   "orange", "window", "number", "garden", "silver", "travel", "yellow", "winter"};
+    std::string chunk;
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 1000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        chunk += std::string(kWords[x % 16]) + (i % 20 == 19 ? "\n" : " ");
+    }
+    const size_t per_chunk = post_json(opt, "/tokenize", {{"content", chunk}})["tokens"].size();
+    std::string text;
+    for (size_t n = 0; n < size_t(std::max(history_tokens, 1)); n += std::max<size_t>(per_chunk, 1)) text += chunk;
+
+    json messages = json::array({{{"role", "system"}, {"content", "You summarise."}},
+                                 {{"role", "user"}, {"content", text + "\nSummarise the above."}}});
+    std::vector<TurnResult> out;
+    for (int t = 0; t < turns; t++) {
+        httplib::Client cli(opt.host, opt.port);
+        cli.set_read_timeout(time_t(opt.timeout_s), 0);
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/chat/completions";
+        req.body = json{{"messages", messages},
+                        {"max_tokens", 16},
+                        {"temperature", 0},
+                        {"stream", true},
+                        {"stream_options", {{"include_usage", true}}}}
+                       .dump();
+        req.set_header("Content-Type", "application/json");
+        if (!opt.api_key.empty()) req.set_header("Authorization", "Bearer " + opt.api_key);
+        TurnResult tr;
+        std::string buf, content;
+        bool first = true;
+        const auto t0 = Clock::now();
+        req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+            buf.append(d, n);
+            size_t at;
+            while ((at = buf.find("\n\n")) != std::string::npos) {
+                const std::string ev = buf.substr(0, at);
+                buf.erase(0, at + 2);
+                if (ev.rfind("data: {", 0) != 0) continue;
+                json j = json::parse(ev.substr(6), nullptr, false);
+                if (j.is_discarded()) continue;
+                if (j.contains("usage") && j["usage"].is_object()) {
+                    tr.prompt_tokens = j["usage"]["prompt_tokens"];
+                    tr.cached_tokens = j["usage"]["prompt_tokens_details"]["cached_tokens"];
+                }
+                for (const json& c : j["choices"]) {
+                    const json& dl = c["delta"];
+                    const bool token = dl.contains("content") && dl["content"].is_string() && !dl["content"].get<std::string>().empty();
+                    const bool reasoning = dl.contains("reasoning_content");
+                    if (first && (token || reasoning || !c["finish_reason"].is_null())) {
+                        tr.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+                        first = false;
+                    }
+                    if (token) content += dl["content"].get<std::string>();
+                }
+            }
+            return true;
+        };
+        httplib::Result r = cli.send(req);
+        if (!r || r->status != 200) fail(strfmt("turn %d failed: %s", t + 1, r ? strfmt("HTTP %d", r->status).c_str() : httplib::to_string(r.error()).c_str()));
+        out.push_back(tr);
+        messages.push_back({{"role", "assistant"}, {"content", content}});
+        messages.push_back({{"role", "user"}, {"content", strfmt("And now point %d?", t + 1)}});
+    }
+    return out;
 }
 
 }  // namespace qinfer::server

@@ -18,7 +18,7 @@ struct LoadOptions {
     int port = 8080;
     std::string api_key;
     int clients = 8;
-    double duration_s = 10;         // clients start no new request after this
+    double duration_s = 10;         // clients start no new request after this (each sends at least one)
     int max_tokens = 64;            // per request (ignore_eos: exactly this many)
     std::vector<std::string> prompts;  // cycled through; default: a few short chat prompts
     double timeout_s = 120;         // per request
@@ -38,5 +38,15 @@ struct LoadResult {
 };
 
 LoadResult run_load(const LoadOptions& opt);
+
+// A conversation with a long history: turn 1 sends about `history_tokens`
+// tokens of text, each later turn adds the reply and a short question. What
+// the prompt cache saves shows in turn 2's TTFT and processed-token count.
+struct TurnResult {
+    int prompt_tokens = 0;
+    int cached_tokens = 0;
+    double ttft_ms = 0;
+};
+std::vector<TurnResult> run_multiturn(const LoadOptions& opt, int history_tokens, int turns);
 
 }  // namespace qinfer::server

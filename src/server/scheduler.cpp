@@ -236,7 +236,9 @@ bool Scheduler::step() {
     for (Slot* s : touched) {
         const int at = int(s->tokens.size());
         while (!s->checkpoints.empty() && s->checkpoints.front() <= at) {
-            if (s->checkpoints.front() == at && !cache_.contains(s->tokens)) {
+            // A snapshot larger than the whole budget would be dropped: do not copy it.
+            const uint64_t est = uint64_t(at) * kv_bytes_per_token_ + recurrent_bytes_per_seq_;
+            if (s->checkpoints.front() == at && est <= opt_.cache_bytes && !cache_.contains(s->tokens)) {
                 try {
                     cache_.add(s->tokens, model_.save_slot(int(s - slots_.data())));
                 } catch (const std::exception&) {

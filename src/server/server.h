@@ -41,7 +41,7 @@ struct ServerOptions {
     size_t max_body_bytes = 8u << 20;
     int queue_size = 64;
     uint64_t cache_bytes = 1ull << 30;
-    int checkpoint_interval = 2048;
+    int checkpoint_interval = 4096;
     int http_threads = 0;             // 0 = enough for every slot and queued request
     std::chrono::milliseconds shutdown_grace{10000};
 };
