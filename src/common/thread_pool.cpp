@@ -1,6 +1,7 @@
 #include "common/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -12,19 +13,34 @@
 namespace qinfer {
 
 namespace {
-// About 0.2-0.5 ms of spinning on current x86 cores: longer than the serial
-// gaps between the regions of one decode step, far shorter than a scheduler
-// time slice.
-constexpr int kSpin = 1 << 14;
+// Spin for about 100 us before sleeping: longer than the serial gaps between
+// the regions of one decode step, far shorter than a scheduler time slice, and
+// short enough not to eat much of a busy machine's time. Measured in time, not
+// in pause instructions, whose cost ranges from a few to ~140 cycles by CPU.
+constexpr int64_t kSpinNs = 100000;
 // When threads outnumber cores, a spinning thread may be the one keeping the
 // thread it waits for off its core: give the core up almost at once.
-constexpr int kSpinOversubscribed = 64;
+constexpr int64_t kSpinNsOversubscribed = 2000;
+
+// Spins while cond() holds, for at most `ns` nanoseconds; returns cond().
+template <class Cond>
+bool spin_while(Cond&& cond, int64_t ns) {
+    using Clock = std::chrono::steady_clock;
+    const auto until = Clock::now() + std::chrono::nanoseconds(ns);
+    for (;;) {
+        for (int i = 0; i < 32; ++i) {
+            if (!cond()) return false;
+            QINFER_PAUSE();
+        }
+        if (Clock::now() >= until) return cond();
+    }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads)
     : n_threads_(std::max(1, n_threads)), ranges_(std::make_unique<Range[]>(size_t(n_threads_))) {
     const unsigned hw = std::thread::hardware_concurrency();
-    spin_limit_ = hw != 0 && unsigned(n_threads_) > hw ? kSpinOversubscribed : kSpin;
+    spin_ns_ = hw != 0 && unsigned(n_threads_) > hw ? kSpinNsOversubscribed : kSpinNs;
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -53,12 +69,8 @@ void ThreadPool::run_tasks(int id) {
 void ThreadPool::worker(int id) {
     uint64_t seen = 0;
     for (;;) {
-        uint64_t g;
-        int spins = 0;
-        while ((g = generation_.load(std::memory_order_acquire)) == seen && spins < spin_limit_) {
-            QINFER_PAUSE();
-            ++spins;
-        }
+        spin_while([&] { return generation_.load(std::memory_order_acquire) == seen; }, spin_ns_);
+        uint64_t g = generation_.load(std::memory_order_acquire);
         if (g == seen) {
             // Announce the sleep before re-checking (start_region reads sleepers_
             // after bumping the generation), so a wake-up cannot be missed.
@@ -102,17 +114,11 @@ void ThreadPool::close_region() {
     // All tasks are taken once the caller's run_tasks returns: close the region
     // to latecomers and wait only for the workers still running a task.
     region_.fetch_or(kClosed);
-    for (int spins = 0; (region_.load(std::memory_order_acquire) & kInside) != 0; ++spins) {
-        if (spins < spin_limit_) {
-            QINFER_PAUSE();
-            continue;
-        }
-        std::unique_lock<std::mutex> lk(mu_);
-        caller_sleeping_.store(true);
-        done_cv_.wait(lk, [&] { return (region_.load() & kInside) == 0; });
-        caller_sleeping_.store(false);
-        break;
-    }
+    if (!spin_while([&] { return (region_.load(std::memory_order_acquire) & kInside) != 0; }, spin_ns_)) return;
+    std::unique_lock<std::mutex> lk(mu_);
+    caller_sleeping_.store(true);
+    done_cv_.wait(lk, [&] { return (region_.load() & kInside) == 0; });
+    caller_sleeping_.store(false);
 }
 
 void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) {

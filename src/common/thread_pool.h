@@ -69,7 +69,7 @@ private:
     static uint64_t gen_bits(uint64_t g) { return g << 33; }
 
     int n_threads_;
-    int spin_limit_;  // pause iterations before a waiting thread sleeps
+    int64_t spin_ns_;  // how long a waiting thread spins before it sleeps
     std::vector<std::thread> threads_;
     std::unique_ptr<Range[]> ranges_;
 
