@@ -217,6 +217,20 @@ TEST_F(ServerTest, ChatStreamEqualsNonStream) {
     EXPECT_EQ(usage["prompt_tokens"], whole.body["usage"]["prompt_tokens"]);
 }
 
+TEST_F(ServerTest, SeedMakesSamplingReproducible) {
+    json body = {{"prompt", "<|im_start|>user\nRandom words<|im_end|>"}, {"max_tokens", 16}, {"temperature", 1.0},
+                 {"top_k", 0},   {"top_p", 1.0},   {"min_p", 0.0},  {"ignore_eos", true}, {"return_tokens", true}};
+    auto tokens = [&](int64_t seed) {
+        body["seed"] = seed;
+        Reply r = post(port_, "/v1/completions", body);
+        EXPECT_EQ(r.status, 200) << r.raw;
+        return r.body["choices"][0]["tokens"].get<std::vector<int32_t>>();
+    };
+    const std::vector<int32_t> a = tokens(42), b = tokens(42), c = tokens(43);
+    EXPECT_EQ(a, b);
+    EXPECT_NE(a, c);  // 16 tokens sampled at temperature 1 from 8218: equal by chance is negligible
+}
+
 TEST_F(ServerTest, ConcurrentRequestsMatchSequential) {
     // Different prompts at once (continuous batching) give what each gives alone.
     const int n = 6;
@@ -316,28 +330,32 @@ TEST_F(ServerTest, BadInputTable) {
     EXPECT_EQ(call(port_, "GET", "/health", "").status, 200);
 }
 
-TEST_F(ServerTest, PromptCacheSecondTurnProcessesOnlyNewTokens) {
-    // Turn 1, then turn 2 = turn 1 + reply + a new question. The tokens the
-    // server processes for turn 2 are those after the longest reusable
-    // prefix: the slot's whole history when turn 2 extends it token for
-    // token, else the checkpoint before turn 1's generation prompt.
-    std::vector<ChatMessage> msgs = {{"system", "You are terse."}, {"user", "Name three colours."}};
+// Turn 1, then turn 2 = turn 1 + reply + a new question, and so on. The
+// tokens the server processes for turn N are those after the longest
+// reusable prefix: the slot's whole history when turn N extends it token for
+// token, else a checkpoint of turn N-1 (its end, or -- when the template
+// renders the reply differently from the generation prompt, as with thinking
+// off -- the start of its last message).
+static void conversation(int port, Engine& engine, bool thinking, const std::string& system) {
+    std::vector<ChatMessage> msgs = {{"system", system}, {"user", "Name three colours."}};
     ChatOptions co;
+    co.enable_thinking = thinking;
     std::vector<int32_t> slot;  // what the server's slot should hold after each turn
     std::vector<int32_t> ids_prev;
     for (int turn = 1; turn <= 3; turn++) {
         json jm = json::array();
         for (const ChatMessage& m : msgs) jm.push_back({{"role", m.role}, {"content", m.content}});
-        json body = {{"messages", jm}, {"max_tokens", 6}, {"temperature", 0}, {"return_tokens", true}};
-        const double processed_before = metric(port_, "qinfer_prompt_tokens_processed_total");
-        Reply r = post(port_, "/v1/chat/completions", body);
+        json body = {{"messages", jm}, {"max_tokens", 6}, {"temperature", 0}, {"return_tokens", true},
+                     {"chat_template_kwargs", {{"enable_thinking", thinking}}}};
+        const double processed_before = metric(port, "qinfer_prompt_tokens_processed_total");
+        Reply r = post(port, "/v1/chat/completions", body);
         ASSERT_EQ(r.status, 200) << r.raw;
-        const std::vector<int32_t> ids = engine_->tokenize(engine_->render_chat(msgs, co));
+        const std::vector<int32_t> ids = engine.tokenize(engine.render_chat(msgs, co));
         ASSERT_EQ(r.body["usage"]["prompt_tokens"], int(ids.size()));
         const int cached = r.body["usage"]["prompt_tokens_details"]["cached_tokens"];
         const int processed = int(ids.size()) - cached;
         EXPECT_EQ(r.body["timings"]["prompt_n"], processed);
-        EXPECT_EQ(metric(port_, "qinfer_prompt_tokens_processed_total") - processed_before, processed);
+        EXPECT_EQ(metric(port, "qinfer_prompt_tokens_processed_total") - processed_before, processed);
         if (turn > 1) {
             auto is_prefix = [&](const std::vector<int32_t>& p, size_t n) {
                 return n <= p.size() && n < ids.size() && std::equal(p.begin(), p.begin() + std::ptrdiff_t(n), ids.begin());
@@ -351,6 +369,9 @@ TEST_F(ServerTest, PromptCacheSecondTurnProcessesOnlyNewTokens) {
             if (is_prefix(ids_prev, boundary)) want = boundary;
             if (is_prefix(ids_prev, ids_prev.size())) want = ids_prev.size();
             if (is_prefix(slot, slot.size())) want = std::max(want, slot.size());
+            std::printf("turn %d: prompt %zu, cached %d (previous prompt %zu, its last message at %zu, slot %zu%s)\n", turn,
+                        ids.size(), cached, ids_prev.size(), boundary, slot.size(),
+                        is_prefix(slot, slot.size()) ? ", continued in place" : "");
             EXPECT_GT(boundary, 0u);
             EXPECT_GE(want, boundary) << "turn " << turn << ": the history before the last reply must be reused";
             EXPECT_EQ(size_t(cached), want) << "turn " << turn;
@@ -367,6 +388,12 @@ TEST_F(ServerTest, PromptCacheSecondTurnProcessesOnlyNewTokens) {
         msgs.push_back({"assistant", msg["content"].is_null() ? "" : msg["content"].get<std::string>()});
         msgs.push_back({"user", "And " + std::to_string(turn * 3) + " more?"});
     }
+}
+
+TEST_F(ServerTest, PromptCacheSecondTurnProcessesOnlyNewTokens) {
+    // Different system prompts: no checkpoint of one conversation serves the other.
+    conversation(port_, *engine_, true, "You are terse.");
+    conversation(port_, *engine_, false, "Answer briefly, without thinking.");
 }
 
 TEST_F(ServerTest, CheckpointRestoreGivesSameOutput) {
@@ -439,8 +466,15 @@ TEST(ServerLimits, ApiKeyQueueAndShutdown) {
     o.api_key = "sekrit-key";
     o.shutdown_grace = std::chrono::milliseconds(200);
     auto s = std::make_unique<server::Server>(o);
-    const int port = s->start();
+    const int port = s->listen();
     const httplib::Headers auth = {{"Authorization", "Bearer sekrit-key"}};
+
+    // Listening before the model is loaded: /health says so, the API answers 503.
+    Reply loading = call(port, "GET", "/health", "");
+    EXPECT_EQ(loading.status, 503);
+    EXPECT_EQ(loading.body["status"], "loading");
+    EXPECT_EQ(call(port, "GET", "/v1/models", "", auth).status, 503);
+    s->load();
 
     EXPECT_EQ(call(port, "GET", "/health", "").status, 200);  // no key needed
     EXPECT_EQ(call(port, "GET", "/v1/models", "").status, 401);
