@@ -121,6 +121,9 @@ same "tokenize --file with a Chinese file name" tokenize -m vocab.gguf --ids-onl
 # Piped input is bytes on Windows too: CRLF and a Ctrl+Z byte stay in the text.
 printf 'line 1\r\n第二行\r\n\032 after Ctrl+Z\n' >stdin.txt
 STDIN=stdin.txt same "tokenize --file - (CRLF, Ctrl+Z byte)" tokenize -m vocab.gguf --ids-only --whole-file --file -
+# Interactive chat with piped lines (Chinese, one with a CRLF end): same replies.
+printf '你好\r\n请介绍一下你自己\n/exit\n' >chat.txt
+STDIN=chat.txt same "chat, two piped Chinese turns" chat -m model.gguf -t 2 -n 6 --temp 0 --no-think
 same "run --ids, 16 greedy tokens" run -m model.gguf -t 2 --ids 39,4791,220,3490,11,100,1000 -n 16 --temp 0 --print-ids --ignore-eos
 same "run -p 你好, greedy" run -m model.gguf -t 2 -p "你好" -n 12 --temp 0 --ignore-eos
 same "run --chat -f 提示.txt, greedy" run -m model.gguf -t 2 --chat -f "提示.txt" -n 12 --temp 0 --ignore-eos --no-think

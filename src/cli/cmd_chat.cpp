@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/run_options.h"
 #include "common/error.h"
+#include "common/platform.h"
 
 namespace qinfer::cli {
 
@@ -63,8 +64,7 @@ int cmd_chat(int argc, char** argv) {
     std::string line;
     for (;;) {
         if (tty_in) print("> ");
-        if (!std::getline(std::cin, line)) break;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (!read_stdin_line(line)) break;  // UTF-16 console input on Windows
         if (line.empty()) continue;
         if (line == "/exit" || line == "/quit") break;
         if (line == "/reset") {
