@@ -1,5 +1,6 @@
 #include "common/platform.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -39,8 +40,22 @@ std::wstring widen(const std::string& s) {
 }  // namespace
 #endif
 
+#ifdef _WIN32
+namespace {
+UINT g_saved_output_cp = 0, g_saved_input_cp = 0;
+// The code pages belong to the console, not to qinfer: give the shell back its own.
+void restore_console() {
+    if (g_saved_output_cp) SetConsoleOutputCP(g_saved_output_cp);
+    if (g_saved_input_cp) SetConsoleCP(g_saved_input_cp);
+}
+}  // namespace
+#endif
+
 void platform_init_console() {
 #ifdef _WIN32
+    g_saved_output_cp = GetConsoleOutputCP();  // 0 without a console
+    g_saved_input_cp = GetConsoleCP();
+    if (g_saved_output_cp || g_saved_input_cp) std::atexit(restore_console);
     SetConsoleOutputCP(CP_UTF8);
     SetConsoleCP(CP_UTF8);
     // Piped or redirected input is read as bytes, as on POSIX: text mode would
