@@ -437,6 +437,29 @@ TEST_F(ServerTest, DisconnectCancelsWithinASecond) {
     EXPECT_LT(metric(port_, "qinfer_generated_tokens_total"), 1e9);
 }
 
+TEST_F(ServerTest, NonStreamingDisconnectCancels) {
+    const double cancelled_before = metric(port_, "qinfer_requests_total\\{outcome=\"cancelled\"\\}");
+    const double generated_before = metric(port_, "qinfer_generated_tokens_total");
+    {
+        httplib::Client cli("127.0.0.1", port_);
+        cli.set_read_timeout(0, 150 * 1000);  // gives up (closes) after 150 ms
+        json body = {{"prompt", "<|im_start|>user\nA long answer please"}, {"max_tokens", 480}, {"temperature", 0},
+                     {"ignore_eos", true}};
+        httplib::Result r = cli.Post("/v1/completions", body.dump(), "application/json");
+        EXPECT_FALSE(r);  // timed out
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    double active = -1;
+    while (std::chrono::steady_clock::now() < deadline) {
+        active = metric(port_, "qinfer_active_sequences");
+        if (active == 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(active, 0);
+    EXPECT_EQ(metric(port_, "qinfer_requests_total\\{outcome=\"cancelled\"\\}"), cancelled_before + 1);
+    EXPECT_LT(metric(port_, "qinfer_generated_tokens_total") - generated_before, 480) << "stopped before max_tokens";
+}
+
 TEST_F(ServerTest, MetricsExposition) {
     ASSERT_EQ(post(port_, "/v1/chat/completions", chat_body("count me", 3)).status, 200);
     Reply r = call(port_, "GET", "/metrics", "");

@@ -106,6 +106,55 @@ struct Reply {
     }
 };
 
+// The job's next event, watching the connection meanwhile (at least every
+// 50 ms, also while tokens flow): false when the client has gone away, and
+// the job is then cancelled -- the scheduler drops it at its next step.
+bool next_event(Job& job, httplib::DataSink& sink, Event& e) {
+    thread_local Clock::time_point last_check;
+    for (;;) {
+        const auto now = Clock::now();
+        if (now - last_check >= std::chrono::milliseconds(50)) {
+            last_check = now;
+            if (!sink.is_writable()) {
+                job.cancelled = true;
+                return false;
+            }
+        }
+        if (job.events.pop(e, std::chrono::milliseconds(50))) return true;
+    }
+}
+
+// The non-streaming response for a finished reply.
+json final_reply(Reply& reply, const GenerateResult& result, bool return_tokens) {
+    json choice = {{"index", 0}};
+    if (reply.chat) {
+        reply.parser->finish();
+        const auto& calls = reply.parser->tool_calls();
+        json msg = {{"role", "assistant"}};
+        msg["content"] = reply.parser->content().empty() && !calls.empty() ? json(nullptr) : json(reply.parser->content());
+        if (!reply.parser->reasoning().empty()) msg["reasoning_content"] = reply.parser->reasoning();
+        if (!calls.empty()) {
+            json tc = json::array();
+            for (size_t i = 0; i < calls.size(); i++) tc.push_back(tool_call_json(calls[i], int(i), false));
+            msg["tool_calls"] = tc;
+        }
+        choice["message"] = msg;
+        choice["finish_reason"] = finish_name(result, !calls.empty());
+    } else {
+        choice["text"] = reply.text;
+        choice["logprobs"] = nullptr;
+        choice["finish_reason"] = finish_name(result, false);
+    }
+    if (return_tokens) choice["tokens"] = reply.tokens;
+    return json{{"id", reply.id},
+                {"object", reply.chat ? "chat.completion" : "text_completion"},
+                {"created", reply.created},
+                {"model", reply.model},
+                {"choices", json::array({choice})},
+                {"usage", usage_json(result)},
+                {"timings", timings_json(result)}};
+}
+
 void write_sse(httplib::DataSink& sink, const json& j, bool& ok) {
     if (!ok) return;
     const std::string s = "data: " + dump(j) + "\n\n";
@@ -376,57 +425,58 @@ void Server::completion(const httplib::Request& http_req, httplib::Response& res
     }
 
     if (!ar.stream) {
-        // Wait for the whole reply. The scheduler always ends a job with Done
-        // or Error (shutdown cancels), so this loop ends.
-        Event e;
-        GenerateResult result;
-        for (;;) {
-            if (!job->events.pop(e, std::chrono::milliseconds(200))) continue;
-            if (e.kind == Event::Kind::Token) {
-                reply->tokens.push_back(e.id);
-                if (chat)
-                    reply->parser->push(e.piece);
-                else
-                    reply->text += e.piece;
-                continue;
-            }
-            if (e.kind == Event::Kind::Error) {
-                (e.status >= 500 ? metrics_.requests_server_error : metrics_.requests_client_error)++;
-                send_error(res, e.status, e.error);
-                return;
-            }
-            result = e.result;
-            break;
+        // Wait for the first event: admission errors (and 503 at shutdown for
+        // a queued job) still get their own status. The scheduler always ends
+        // a job with Done or Error, so this loop ends.
+        auto first = std::make_shared<Event>();
+        while (!job->events.pop(*first, std::chrono::milliseconds(200))) {
         }
-        json choice = {{"index", 0}};
-        if (chat) {
-            reply->parser->finish();
-            const auto& calls = reply->parser->tool_calls();
-            json msg = {{"role", "assistant"}};
-            msg["content"] = reply->parser->content().empty() && !calls.empty() ? json(nullptr) : json(reply->parser->content());
-            if (!reply->parser->reasoning().empty()) msg["reasoning_content"] = reply->parser->reasoning();
-            if (!calls.empty()) {
-                json tc = json::array();
-                for (size_t i = 0; i < calls.size(); i++) tc.push_back(tool_call_json(calls[i], int(i), false));
-                msg["tool_calls"] = tc;
-            }
-            choice["message"] = msg;
-            choice["finish_reason"] = finish_name(result, !calls.empty());
-        } else {
-            choice["text"] = reply->text;
-            choice["logprobs"] = nullptr;
-            choice["finish_reason"] = finish_name(result, false);
+        if (first->kind == Event::Kind::Error) {
+            (first->status >= 500 ? metrics_.requests_server_error : metrics_.requests_client_error)++;
+            if (first->status == 503) res.set_header("Retry-After", "1");
+            send_error(res, first->status, first->error);
+            return;
         }
-        if (ar.return_tokens) choice["tokens"] = reply->tokens;
-        json out = {{"id", reply->id},
-                    {"object", chat ? "chat.completion" : "text_completion"},
-                    {"created", reply->created},
-                    {"model", reply->model},
-                    {"choices", json::array({choice})},
-                    {"usage", usage_json(result)},
-                    {"timings", timings_json(result)}};
-        res.set_content(dump(out), "application/json");
-        (result.finish_reason == FinishReason::Cancelled ? metrics_.requests_cancelled : metrics_.requests_ok)++;
+        // The rest is written by a content provider, which can tell when the
+        // client has gone away (a blocked handler cannot) and cancel the
+        // sequence at the next step. The body is one JSON document.
+        const bool return_tokens = ar.return_tokens;
+        in_flight_++;
+        res.set_chunked_content_provider(
+            "application/json",
+            [this, job, reply, first, return_tokens](size_t, httplib::DataSink& sink) {
+                Event e = std::move(*first);
+                for (;;) {
+                    if (e.kind == Event::Kind::Token) {
+                        reply->tokens.push_back(e.id);
+                        if (reply->chat)
+                            reply->parser->push(e.piece);
+                        else
+                            reply->text += e.piece;
+                    } else {
+                        std::string body;
+                        if (e.kind == Event::Kind::Error) {
+                            metrics_.requests_server_error++;
+                            body = error_body(e.status, e.error);
+                        } else {
+                            body = dump(final_reply(*reply, e.result, return_tokens));
+                            (e.result.finish_reason == FinishReason::Cancelled ? metrics_.requests_cancelled
+                                                                                : metrics_.requests_ok)++;
+                        }
+                        sink.write(body.data(), body.size());
+                        sink.done();
+                        return true;
+                    }
+                    if (!next_event(*job, sink, e)) {
+                        metrics_.requests_cancelled++;
+                        return false;
+                    }
+                }
+            },
+            [this, job](bool) {
+                job->cancelled = true;  // no-op when the job already ended
+                in_flight_--;
+            });
         return;
     }
 
@@ -441,10 +491,9 @@ void Server::completion(const httplib::Request& http_req, httplib::Response& res
             if (reply->chat) write_sse(sink, reply->chunk(json{{"role", "assistant"}, {"content", ""}}, nullptr), ok);
             Event e;
             while (ok) {
-                if (!job->events.pop(e, std::chrono::milliseconds(100))) {
-                    // Nothing to send: notice a client that went away anyway.
-                    if (!sink.is_writable()) ok = false;
-                    continue;
+                if (!next_event(*job, sink, e)) {
+                    ok = false;
+                    break;
                 }
                 if (e.kind == Event::Kind::Token) {
                     reply->tokens.push_back(e.id);
