@@ -1,5 +1,7 @@
 #include "server/openai.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -178,6 +180,97 @@ ToolCall parse_tool_call(const json& tc, const std::string& param) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- responses
+
+std::string random_id(const char* prefix) {
+    static std::atomic<uint64_t> counter{0};
+    const uint64_t t = uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+    return strfmt("%s%llx%llx", prefix, (unsigned long long)(t & 0xffffffffffull), (unsigned long long)++counter);
+}
+
+const char* finish_name(const GenerateResult& r, bool tool_calls) {
+    switch (r.finish_reason) {
+        case FinishReason::Stop: return tool_calls ? "tool_calls" : "stop";
+        case FinishReason::Length: return "length";
+        case FinishReason::Cancelled: return "cancelled";
+        default: return "stop";
+    }
+}
+
+json usage_json(const GenerateResult& r) {
+    return json{{"prompt_tokens", r.n_prompt},
+                {"completion_tokens", r.n_generated},
+                {"total_tokens", r.n_prompt + r.n_generated},
+                {"prompt_tokens_details", {{"cached_tokens", r.n_cached}}}};
+}
+
+json timings_json(const GenerateResult& r) {
+    return json{{"prompt_n", r.n_prompt - r.n_cached}, {"prompt_ms", r.prompt_ms}, {"predicted_n", r.n_generated},
+                {"predicted_ms", r.gen_ms},           {"ttft_ms", r.ttft_ms}};
+}
+
+json tool_call_json(const ToolCall& c, int index, bool with_index) {
+    json j = {{"id", c.id.empty() ? random_id("call_") : c.id},
+              {"type", "function"},
+              {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+    if (with_index) j["index"] = index;
+    return j;
+}
+
+// The non-streaming response for a finished reply.
+json final_reply(Reply& reply, const GenerateResult& result, bool return_tokens) {
+    json choice = {{"index", 0}};
+    if (reply.chat) {
+        reply.parser->finish();
+        const auto& calls = reply.parser->tool_calls();
+        json msg = {{"role", "assistant"}};
+        msg["content"] = reply.parser->content().empty() && !calls.empty() ? json(nullptr) : json(reply.parser->content());
+        if (!reply.parser->reasoning().empty()) msg["reasoning_content"] = reply.parser->reasoning();
+        if (!calls.empty()) {
+            json tc = json::array();
+            for (size_t i = 0; i < calls.size(); i++) tc.push_back(tool_call_json(calls[i], int(i), false));
+            msg["tool_calls"] = tc;
+        }
+        choice["message"] = msg;
+        choice["finish_reason"] = finish_name(result, !calls.empty());
+    } else {
+        choice["text"] = reply.text;
+        choice["logprobs"] = nullptr;
+        choice["finish_reason"] = finish_name(result, false);
+    }
+    if (return_tokens) choice["tokens"] = reply.tokens;
+    return json{{"id", reply.id},
+                {"object", reply.chat ? "chat.completion" : "text_completion"},
+                {"created", reply.created},
+                {"model", reply.model},
+                {"choices", json::array({choice})},
+                {"usage", usage_json(result)},
+                {"timings", timings_json(result)}};
+}
+
+json Reply::chunk(json delta_or_text, const char* finish) const {
+    json choice = {{"index", 0}};
+    if (chat)
+        choice["delta"] = std::move(delta_or_text);
+    else
+        choice["text"] = std::move(delta_or_text), choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish ? json(finish) : json(nullptr);
+    return json{{"id", id},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created},
+                {"model", model},
+                {"choices", json::array({choice})}};
+}
+
+std::vector<json> Reply::deltas(const chat::ParsedDelta& d) {
+    std::vector<json> out;
+    if (!d.reasoning.empty()) out.push_back(chunk(json{{"reasoning_content", d.reasoning}}, nullptr));
+    if (!d.content.empty()) out.push_back(chunk(json{{"content", d.content}}, nullptr));
+    for (const ToolCall& c : d.tool_calls)
+        out.push_back(chunk(json{{"tool_calls", json::array({tool_call_json(c, n_tool_calls++, true)})}}, nullptr));
+    return out;
+}
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
