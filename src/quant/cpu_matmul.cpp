@@ -189,7 +189,26 @@ struct JobPlan {
     const uint8_t* A;   // its activations, quantized
     size_t ab;          // activation row bytes
     int64_t nc, tc, n_chunks, first_task;
+    int64_t ahead;      // decode: rows between the one computed and the one prefetched
 };
+
+// Decode streams each thread's slice of weight rows from memory once. The
+// hardware prefetchers alone leave a core waiting on DRAM; also asking for the
+// row ~kPrefetchBytes ahead made qwen35-0.8B decode 10-20% faster on 1 and 2
+// threads of the development VM (2 KiB ahead gained less; 5-18 KiB about alike).
+constexpr size_t kPrefetchBytes = 16 << 10;
+
+inline void prefetch(const void* p) {
+#if defined(_MSC_VER) && !defined(__clang__)
+#if defined(_M_X64)
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+#else
+    (void)p;
+#endif
+#else
+    __builtin_prefetch(p);
+#endif
+}
 
 // Below this many multiply-adds a whole group runs on the calling thread: a
 // parallel region (wake, run, join) costs a few microseconds.
@@ -254,6 +273,7 @@ void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, 
         p.wb = row_bytes(jb.wt, K);
         p.ab = act_row_bytes(af, K);
         p.A = act[int(af)];
+        p.ahead = int64_t(std::max<size_t>(1, kPrefetchBytes / p.wb));
         if (T == 1) {
             p.nc = clamp64(int64_t((16 << 10) / p.wb), 1, 256);
             p.tc = 1;
@@ -280,8 +300,13 @@ void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, 
         const uint8_t* Wb = static_cast<const uint8_t*>(jb.W);
         for (int64_t t = t0; t < t1; t += kMaxTile) {
             const int R = int(std::min<int64_t>(kMaxTile, t1 - t));
-            for (int64_t o = o0; o < o1; ++o)
+            for (int64_t o = o0; o < o1; ++o) {
+                if (T == 1 && o + p.ahead < jb.N) {
+                    const uint8_t* next = Wb + size_t(o + p.ahead) * p.wb;
+                    for (size_t b = 0; b < p.wb; b += 64) prefetch(next + b);
+                }
                 p.dot(K, Wb + size_t(o) * p.wb, p.A + size_t(t) * p.ab, p.ab, R, jb.y + t * jb.ldy + o, jb.ldy);
+            }
         }
     };
     if (work < kInlineWork || threads == 1) {
