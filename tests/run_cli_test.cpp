@@ -230,3 +230,20 @@ TEST(RunCli, GpuLayersFlag) {
         EXPECT_NE(err.find(named), std::string::npos) << flag << ": " << err;
     }
 }
+
+TEST(RunCli, PromptFileWithByteOrderMarkEqualsPrompt) {
+    // A UTF-8 byte-order mark (Windows editors) is not part of the prompt.
+    REQUIRE_MODEL(m, "tiny-qwen35.f16.gguf");
+    const std::string plain = temp_dir() + "/prompt-plain.txt", bom = temp_dir() + "/prompt-bom.txt";
+    std::ofstream(plain, std::ios::binary) << "你好, world";
+    std::ofstream(bom, std::ios::binary) << "\xEF\xBB\xBF你好, world";
+    int rc = 0;
+    std::string err;
+    const std::string a = run("run -m " + quote(m) + " -f " + quote(plain) + " -n 8 --temp 0", &rc, &err);
+    ASSERT_EQ(rc, 0) << err;
+    const std::string b = run("run -m " + quote(m) + " -f " + quote(bom) + " -n 8 --temp 0", &rc, &err);
+    ASSERT_EQ(rc, 0) << err;
+    EXPECT_EQ(a, b);
+    const std::string c = run("run -m " + quote(m) + " -p '你好, world' -n 8 --temp 0", &rc, &err);
+    EXPECT_EQ(a, c);
+}

@@ -141,7 +141,11 @@ std::string read_file_text(const std::string& path) {
     if (!in) fail(strfmt("cannot open '%s'", path.c_str()));
     std::stringstream ss;
     ss << in.rdbuf();
-    return ss.str();
+    std::string text = ss.str();
+    // Windows editors and PowerShell 5.1 (-Encoding utf8) write a UTF-8 byte-order
+    // mark; it is not part of the prompt.
+    if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+    return text;
 }
 
 bool stdout_is_terminal() {
