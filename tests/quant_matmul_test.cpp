@@ -160,6 +160,39 @@ TEST(QuantMatmul, LargeBatchSplitsAcrossThreads) {
     for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], p.ref[i], 4e-2 * p.rms) << i;
 }
 
+// A group of products on one input (different weight types, so different
+// activation formats, in one region) equals the products one by one, for decode
+// and for a batch; a bad member is reported before anything runs.
+TEST(QuantMatmul, GroupEqualsSeparateProducts) {
+    ThreadPool one(1), three(3);
+    const int64_t K = 512;
+    for (int64_t T : {1, 6}) {
+        const Problem a = make_problem(GgmlType::Q4_K, K, 300, T, 11), b = make_problem(GgmlType::Q8_0, K, 70, T, 12),
+                      c = make_problem(GgmlType::F16, K, 9, T, 13);
+        const std::vector<float>& x = a.x;  // one input for all three
+        std::vector<float> ya(size_t(a.N * T)), yb(size_t((b.N + 5) * T)), yc(size_t(c.N * T));
+        const MatmulJob jobs[3] = {{a.wt, a.W.data(), a.N, ya.data(), a.N},
+                                   {b.wt, b.W.data(), b.N, yb.data(), b.N + 5},
+                                   {c.wt, c.W.data(), c.N, yc.data(), c.N}};
+        cpu_matmul_group(jobs, 3, K, x.data(), T, three);
+        for (const MatmulJob& j : jobs) {
+            std::vector<float> want(size_t(j.ldy * T));
+            cpu_matmul(j.wt, j.W, K, j.N, x.data(), T, want.data(), j.ldy, one);
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t o = 0; o < j.N; ++o)
+                    ASSERT_EQ(j.y[t * j.ldy + o], want[size_t(t * j.ldy + o)])
+                        << type_name(j.wt) << " T=" << T << " t=" << t << " o=" << o;
+        }
+    }
+    std::vector<uint8_t> w(4096);
+    std::vector<float> x(512), y(64, 7.f);
+    const MatmulJob bad[2] = {{GgmlType::Q8_0, w.data(), 2, y.data(), 2}, {GgmlType::Q4_K, w.data(), 4, y.data() + 8, 2}};
+    EXPECT_THROW(cpu_matmul_group(bad, 2, 256, x.data(), 1, one), Error);  // ldy < N in the second
+    EXPECT_EQ(y[0], 7.f) << "the valid first product must not have run";
+    EXPECT_THROW(cpu_matmul_check(GgmlType::Q4_K, 100, 2, 2), Error);
+    EXPECT_NO_THROW(cpu_matmul_check(GgmlType::Q4_K, 256, 2, 2));
+}
+
 TEST(QuantMatmul, BadInputIsAnError) {
     ThreadPool pool(1);
     std::vector<uint8_t> w(4096);
