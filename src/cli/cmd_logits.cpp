@@ -12,6 +12,7 @@
 #include "cli/run_options.h"
 #include "common/error.h"
 #include "model/model.h"
+#include "common/platform.h"
 
 namespace qinfer::cli {
 
@@ -74,7 +75,7 @@ int cmd_logits(int argc, char** argv) {
     model->forward(batch, logits);
     auto t2 = std::chrono::steady_clock::now();
 
-    FILE* f = std::fopen(out_path.c_str(), "wb");
+    FILE* f = utf8_fopen(out_path, "wb");
     if (!f) fail(strfmt("cannot open '%s' for writing", out_path.c_str()));
     // The on-disk format is little-endian f32; every supported target is little-endian.
     const size_t n = std::fwrite(logits.data(), sizeof(float), logits.size(), f);

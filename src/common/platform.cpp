@@ -126,6 +126,11 @@ std::filesystem::path utf8_path(const std::string& utf8) {
     return std::filesystem::path(std::u8string(utf8.begin(), utf8.end()));
 }
 
+std::string path_utf8(const std::filesystem::path& p) {
+    const std::u8string s = p.u8string();
+    return std::string(s.begin(), s.end());
+}
+
 FILE* utf8_fopen(const std::string& path, const char* mode) {
 #ifdef _WIN32
     return _wfopen(widen(path).c_str(), widen(mode).c_str());

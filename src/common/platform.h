@@ -23,6 +23,8 @@ int physical_cores();
 // std::string (and std::ifstream(std::string), std::fopen) reads it in the
 // ANSI code page, so a file named 你好.txt cannot be opened that way.
 std::filesystem::path utf8_path(const std::string& utf8);
+// The UTF-8 string of a path (path::string() is in the ANSI code page on Windows).
+std::string path_utf8(const std::filesystem::path& p);
 // std::fopen with a UTF-8 path.
 FILE* utf8_fopen(const std::string& path, const char* mode);
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/platform.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -199,14 +200,14 @@ HfConfig parse_hf_config(const std::string& text, const std::string& where) {
 }
 
 HfConfig read_hf_config(const std::string& dir) {
-    fs::path p = fs::path(dir) / "config.json";
+    fs::path p = utf8_path(dir) / "config.json";
     std::ifstream in(p, std::ios::binary);
-    if (!in) fail(strfmt("convert: cannot open %s (is '%s' a Hugging Face model folder?)", p.string().c_str(), dir.c_str()));
+    if (!in) fail(strfmt("convert: cannot open %s (is '%s' a Hugging Face model folder?)", path_utf8(p).c_str(), dir.c_str()));
     std::stringstream ss;
     ss << in.rdbuf();
-    HfConfig c = parse_hf_config(ss.str(), p.string());
-    c.name = fs::path(dir).lexically_normal().filename().string();
-    if (c.name.empty()) c.name = fs::path(dir).lexically_normal().parent_path().filename().string();
+    HfConfig c = parse_hf_config(ss.str(), path_utf8(p));
+    c.name = path_utf8(utf8_path(dir).lexically_normal().filename());
+    if (c.name.empty()) c.name = path_utf8(utf8_path(dir).lexically_normal().parent_path().filename());
     return c;
 }
 

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "gguf/writer.h"
+#include "common/platform.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -20,7 +21,7 @@ namespace {
 
 std::string slurp(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
-    if (!in) fail(strfmt("convert: cannot open %s", p.string().c_str()));
+    if (!in) fail(strfmt("convert: cannot open %s", path_utf8(p).c_str()));
     std::stringstream ss;
     ss << in.rdbuf();
     return ss.str();
@@ -183,15 +184,15 @@ GgufVocab parse_hf_vocab(const std::string& tokenizer_json, const std::string& c
 }
 
 GgufVocab read_hf_vocab(const std::string& dir, const VocabInputs& in) {
-    fs::path d(dir);
+    const fs::path d = utf8_path(dir);
     fs::path tj = d / "tokenizer.json";
     std::error_code ec;
     if (!fs::exists(tj, ec))
         fail(strfmt("convert: %s is missing (only the fast-tokenizer format tokenizer.json is supported)",
-                    tj.string().c_str()));
+                    path_utf8(tj).c_str()));
     std::string cfg = fs::exists(d / "tokenizer_config.json", ec) ? slurp(d / "tokenizer_config.json") : "";
     std::string tmpl = fs::exists(d / "chat_template.jinja", ec) ? slurp(d / "chat_template.jinja") : "";
-    return parse_hf_vocab(slurp(tj), cfg, tmpl, in, tj.string());
+    return parse_hf_vocab(slurp(tj), cfg, tmpl, in, path_utf8(tj));
 }
 
 void write_vocab(gguf::Writer& w, const GgufVocab& v) {

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/fp16.h"
+#include "common/platform.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -160,7 +161,7 @@ void Checkpoint::add(std::unique_ptr<SafetensorsFile> f) {
 
 std::unique_ptr<Checkpoint> Checkpoint::open_dir(const std::string& dir) {
     std::unique_ptr<Checkpoint> ck(new Checkpoint());
-    const fs::path d(dir);
+    const fs::path d = utf8_path(dir);
     const fs::path index = d / "model.safetensors.index.json";
     std::error_code ec;
     if (fs::exists(index, ec)) {
@@ -169,33 +170,33 @@ std::unique_ptr<Checkpoint> Checkpoint::open_dir(const std::string& dir) {
             std::ifstream in(index, std::ios::binary);
             j = json::parse(in);
         } catch (const json::exception& e) {
-            fail(strfmt("safetensors: %s: not valid JSON: %s", index.string().c_str(), e.what()));
+            fail(strfmt("safetensors: %s: not valid JSON: %s", path_utf8(index).c_str(), e.what()));
         }
         if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-            fail(strfmt("safetensors: %s: missing object 'weight_map'", index.string().c_str()));
+            fail(strfmt("safetensors: %s: missing object 'weight_map'", path_utf8(index).c_str()));
         std::set<std::string> shards;
         for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
             if (!it.value().is_string())
-                fail(strfmt("safetensors: %s: weight_map entry '%s' is not a file name", index.string().c_str(),
+                fail(strfmt("safetensors: %s: weight_map entry '%s' is not a file name", path_utf8(index).c_str(),
                             it.key().c_str()));
             const std::string s = it.value().get<std::string>();
             if (s.empty() || s.find('/') != std::string::npos || s.find('\\') != std::string::npos || s == "..")
-                fail(strfmt("safetensors: %s: shard name '%s' must be a plain file name", index.string().c_str(),
+                fail(strfmt("safetensors: %s: shard name '%s' must be a plain file name", path_utf8(index).c_str(),
                             s.c_str()));
             shards.insert(s);
         }
         for (const std::string& s : shards) {
-            fs::path p = d / s;
+            fs::path p = d / utf8_path(s);
             if (!fs::exists(p, ec))
-                fail(strfmt("safetensors: shard '%s' named by %s is missing", p.string().c_str(),
-                            index.string().c_str()));
-            ck->add(std::make_unique<SafetensorsFile>(p.string()));
+                fail(strfmt("safetensors: shard '%s' named by %s is missing", path_utf8(p).c_str(),
+                            path_utf8(index).c_str()));
+            ck->add(std::make_unique<SafetensorsFile>(path_utf8(p)));
         }
         for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
             const StTensor* t = ck->find(it.key());
-            if (!t || *t->file != (d / it.value().get<std::string>()).string())
+            if (!t || *t->file != path_utf8(d / utf8_path(it.value().get<std::string>())))
                 fail(strfmt("safetensors: tensor '%s' is listed in %s for shard '%s' but is not in it",
-                            it.key().c_str(), index.string().c_str(), it.value().get<std::string>().c_str()));
+                            it.key().c_str(), path_utf8(index).c_str(), it.value().get<std::string>().c_str()));
         }
         return ck;
     }
@@ -206,7 +207,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open_dir(const std::string& dir) {
     if (files.empty())
         fail(strfmt("safetensors: no model.safetensors.index.json and no *.safetensors files in '%s'", dir.c_str()));
     std::sort(files.begin(), files.end());
-    for (const fs::path& p : files) ck->add(std::make_unique<SafetensorsFile>(p.string()));
+    for (const fs::path& p : files) ck->add(std::make_unique<SafetensorsFile>(path_utf8(p)));
     return ck;
 }
 

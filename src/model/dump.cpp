@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/platform.h"
 
 namespace qinfer {
 
@@ -32,11 +33,11 @@ void Dumper::write(int layer, const char* name, const Tensor& t) {
     }
     const std::string lname = layer < 0 ? "head" : std::to_string(layer);
     const std::string base = std::to_string(call_) + "." + lname + "." + name;
-    if (FILE* f = std::fopen((dir_ + "/" + base + ".f32").c_str(), "wb")) {
+    if (FILE* f = utf8_fopen(dir_ + "/" + base + ".f32", "wb")) {
         std::fwrite(host.data(), 4, host.size(), f);
         std::fclose(f);
     }
-    if (FILE* f = std::fopen((dir_ + "/index.txt").c_str(), "a")) {
+    if (FILE* f = utf8_fopen(dir_ + "/index.txt", "a")) {
         std::fprintf(f, "%s %s\n", base.c_str(), shape_str(t).c_str());
         std::fclose(f);
     }
