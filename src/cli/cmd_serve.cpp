@@ -133,6 +133,9 @@ int cmd_serve(int argc, char** argv) {
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
 
+    if (so.api_key.empty() && so.host != "127.0.0.1" && so.host != "localhost" && so.host != "::1")
+        std::fprintf(stderr, "qinfer serve: warning: listening on %s without --api-key; anyone who can reach it can use it\n",
+                     so.host.c_str());
     server::Server server(so);
     const int port = server.listen();
     std::fprintf(stderr, "qinfer serve: listening on http://%s:%d (loading %s)\n", so.host.c_str(), port,
@@ -144,7 +147,7 @@ int cmd_serve(int argc, char** argv) {
         throw;
     }
     std::fprintf(stderr, "qinfer serve: ready (%d parallel sequences, %d tokens of context each)\n", n_parallel,
-                 so.engine.n_ctx);
+                 server.n_ctx());
     std::fflush(stderr);
     while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::fprintf(stderr, "qinfer serve: signal %d, finishing in-flight requests (up to %d s)\n", int(g_signal), grace_s);

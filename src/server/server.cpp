@@ -87,15 +87,26 @@ int Server::listen() {
     // while the CPU is busy with a forward pass overflows it (connections
     // reset after a second). Remember the socket to listen again with room.
     socket_t listen_sock = INVALID_SOCKET;
+    // Also: httplib's default SO_REUSEPORT would let a second server bind the
+    // same port and silently take half the connections; a busy port is an error.
     http_->set_socket_options([&listen_sock](socket_t sock) {
-        httplib::default_socket_options(sock);
+        int yes = 1;
+#ifdef _WIN32
+        setsockopt(sock, SOL_SOCKET, SO_EXCLUSIVEADDRUSE, reinterpret_cast<const char*>(&yes), sizeof(yes));
+#else
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));  // restart while old connections linger
+#endif
         listen_sock = sock;
     });
     port_ = opt_.port == 0 ? http_->bind_to_any_port(opt_.host) : (http_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
     if (port_ <= 0) fail(strfmt("cannot listen on %s:%d (address in use or not available)", opt_.host.c_str(), opt_.port));
+    http_->set_socket_options([](socket_t) {});  // the lambda above refers to this frame
     if (listen_sock != INVALID_SOCKET) ::listen(listen_sock, 1024);  // raises the backlog (Linux, BSD)
-    http_->set_socket_options(httplib::default_socket_options);
     listener_ = std::thread([this] { http_->listen_after_bind(); });
+    // stop() only ends a listen loop that has started: wait for it (bounded).
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (!http_->is_running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!http_->is_running()) fail(strfmt("the HTTP listener on %s:%d did not start", opt_.host.c_str(), port_));
     return port_;
 }
 
@@ -109,6 +120,8 @@ void Server::load() {
     scheduler_ = std::make_unique<Scheduler>(*engine_, so, metrics_);
     ready_ = true;
 }
+
+int Server::n_ctx() const { return scheduler_ ? scheduler_->n_ctx() : 0; }
 
 void Server::stop() {
     if (stopping_.exchange(true)) {

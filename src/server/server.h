@@ -70,6 +70,7 @@ public:
 
     bool ready() const { return ready_; }
     int port() const { return port_; }
+    int n_ctx() const;  // context per slot (after load)
     Metrics& metrics() { return metrics_; }
 
 private:
