@@ -320,7 +320,14 @@ int cmd_bench(int argc, char** argv) {
         return app.exit(e);
     }
     const std::vector<int> ps = parse_int_list(p_str, "-p", 0), ns = parse_int_list(n_str, "-n", 0);
-    const std::vector<int> ngls = parse_int_list(ngl_str, "-ngl", -1), depths = parse_int_list(d_str, "--depth", 0);
+    std::vector<int> ngls;  // N, all or auto per item
+    for (size_t i = 0; i <= ngl_str.size();) {
+        size_t j = ngl_str.find(',', i);
+        if (j == std::string::npos) j = ngl_str.size();
+        ngls.push_back(parse_gpu_layers(ngl_str.substr(i, j - i)));
+        i = j + 1;
+    }
+    const std::vector<int> depths = parse_int_list(d_str, "--depth", 0);
     const std::vector<int> ts = t_str.empty() ? std::vector<int>{physical_cores()} : parse_int_list(t_str, "-t", 1);
 
     int max_ctx = 0;
