@@ -211,7 +211,7 @@ TEST_F(ServerTest, ChatStreamEqualsNonStream) {
     const json& msg = whole.body["choices"][0]["message"];
     EXPECT_EQ(content, msg["content"].is_null() ? "" : msg["content"].get<std::string>());
     EXPECT_EQ(reasoning, msg.value("reasoning_content", ""));
-    EXPECT_EQ(finish, whole.body["choices"][0]["finish_reason"]);
+    EXPECT_EQ(finish, whole.body["choices"][0]["finish_reason"].get<std::string>());
     EXPECT_EQ(tokens, whole.body["choices"][0]["tokens"].get<std::vector<int32_t>>());
     EXPECT_EQ(usage["completion_tokens"], whole.body["usage"]["completion_tokens"]);
     EXPECT_EQ(usage["prompt_tokens"], whole.body["usage"]["prompt_tokens"]);
