@@ -46,9 +46,12 @@ step "build"
 t0=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="90-real;80-virtual" \
   -DQINFER_REFERENCE_DIR="$REF" >>"$LOG" 2>&1 || cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DQINFER_CUDA=ON -DQINFER_REFERENCE_DIR="$REF" >>"$LOG" 2>&1
-if ! cmake --build build-gpu -j"$(nproc)" >>"$LOG" 2>&1; then
-  grep -E "error|Error" "$LOG" | head -40
-  say "build FAILED"; exit 1
+if ! cmake --build build-gpu -j"$(nproc)" -- -k 0 >>"$LOG" 2>&1 && ! cmake --build build-gpu -j"$(nproc)" >>"$LOG" 2>&1; then
+  # Keep going with what did build (a test that fails to compile should not
+  # hide the others); stop only without the binary.
+  grep -E "FAILED:|error:" "$LOG" | head -20 | tee -a "$SUMMARY"
+  [ -x build-gpu/qinfer ] || { say "build FAILED"; exit 1; }
+  say "build PARTIAL (see above)"
 fi
 say "build ok in $(( $(date +%s) - t0 )) s"
 
