@@ -35,7 +35,7 @@ port=18080
 pid=$!
 if health $port; then
   echo "== load (512-token prompts, 128 tokens each, 20 s per point)"
-  timeout 300 "$Q" serve loadgen --port $port --clients 1,8,32,64 --duration 20 --max-tokens 128 --prompt-file "$OUT/p512.txt" 2>&1 | tee "$OUT/serve-load.txt"
+  timeout 300 "$Q" serve loadgen --port $port --clients 1,8,32,64 --duration 8 --max-tokens 128 --prompt-file "$OUT/p512.txt" 2>&1 | tee "$OUT/serve-load.txt"
   python3 - $port <<'PY' | grep -E "^qinfer_(requests|tokens|kv|state|queue)" | head -12
 import sys, urllib.request
 print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode())

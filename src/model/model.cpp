@@ -255,6 +255,15 @@ void TransformerModel::forward(const Batch& batch, std::vector<float>& logits) {
         issue = !graphs || backend(bi).begin_graph(shape ^ (uint64_t(run++) << 56));
     };
 
+    // An error inside a step (a kernel, a buffer) leaves no half-recorded step behind.
+    struct AbortOnThrow {
+        TransformerModel* m;
+        bool armed = true;
+        ~AbortOnThrow() {
+            if (armed)
+                for (size_t bi = 0; bi < m->pb_.size(); ++bi) m->backend(int(bi)).abort_graph();
+        }
+    } abort_guard{this};
     enter(placement_.embed);
     if (issue) backend(cur).get_rows(token_embd_, view(pb_[size_t(cur)].ids, {T}, {}), first_rows(pb_[size_t(cur)].s.x, T));
     for (int il = 0; il < int(hp_.n_layer); ++il) {
@@ -286,6 +295,7 @@ void TransformerModel::forward(const Batch& batch, std::vector<float>& logits) {
         be.end_graph();
         if (n_out > 0) be.read(p.logits, logits.data(), size_t(n_out * V) * 4);
     }
+    abort_guard.armed = false;
     for (const StepInfo::Segment& sg : segs) state_->set_length(sg.slot, sg.pos0 + sg.count);
 }
 

@@ -181,6 +181,9 @@ public:
     // (token count, segment count, which rows get logits).
     virtual bool begin_graph(uint64_t key) { (void)key; return true; }
     virtual void end_graph() {}
+    // After an error between begin_graph and end_graph: drop the half-issued
+    // step so the backend is usable again (the step did not happen).
+    virtual void abort_graph() {}
 };
 
 // Copies the contiguous tensor src to dst, which may live on another backend

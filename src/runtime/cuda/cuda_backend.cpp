@@ -392,7 +392,16 @@ cuda::ActQ CudaBackend::activations(GgmlType wt, const Tensor& x, int64_t K, int
     }
     const int i = act_next_;
     act_next_ ^= 1;
-    void* buf = scratch(act_buf_[i], cuda::act_bytes(kind, K, T), "activation");
+    // Both buffers grow together: which one an activation lands in depends on
+    // the history, so the eager first run of a step must size both for the
+    // recording that follows.
+    const size_t need = cuda::act_bytes(kind, K, T);
+    for (int j = 0; j < 2; ++j)
+        if (need > act_buf_[j].bytes) {
+            scratch(act_buf_[j], need, "activation");
+            act_cache_[j].valid = false;  // its old buffer is gone
+        }
+    void* buf = act_buf_[i].p;
     sig(uint32_t(16), uint32_t(kind), xp, ldx, K, T, buf);
     enqueue([=, s = stream_] { cuda::quantize_act(kind, xp, int64_t(ldx), K, T, buf, s); });
     act_cache_[i] = ActCache{x.data, K, T, ldx, kind, true};
@@ -969,6 +978,15 @@ void CudaBackend::end_graph() {
     if (e != cudaSuccess) cuda::throw_cuda(e, "cudaGraphInstantiate", __FILE__, __LINE__);
     QINFER_CUDA_CHECK(cudaGraphLaunch(rec.exec, stream_));
     ++graph_launches_;
+}
+
+void CudaBackend::abort_graph() {
+    if (!in_keyed_) return;
+    in_keyed_ = false;
+    pending_.clear();
+    payloads_.clear();
+    sig_.clear();
+    for (ActCache& c : act_cache_) c.valid = false;
 }
 
 }  // namespace qinfer

@@ -58,6 +58,7 @@ public:
     void argmax(const Tensor& logits, const Tensor& ids) override;
     bool begin_graph(uint64_t key) override;
     void end_graph() override;
+    void abort_graph() override;
 
     // A weight from raw GGUF block bytes (what upload_weight does with a mapped
     // tensor); used by tests and tools that build weights in memory.
