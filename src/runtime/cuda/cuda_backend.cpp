@@ -147,9 +147,11 @@ int cuda_device_count() {
 
 void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
     if (bytes <= s.bytes) return s.p;
-    if (capturing_ || in_keyed_)
-        fail(strfmt("CUDA: %s buffer must grow to %zu bytes inside a recorded step (run the step once first)", what,
-                    bytes));
+    if (capturing_)
+        fail(strfmt("CUDA: %s buffer must grow to %zu bytes inside a graph capture", what, bytes));
+    // Growing inside an explicit step (its ops are being issued): the step runs
+    // eagerly this time and is recorded at its next sighting, with the new size.
+    if (in_keyed_) keyed_graphs_[keyed_key_].seen = 0;
     flush();  // queued ops still use the old buffer
     if (s.p) {
         QINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
