@@ -32,7 +32,9 @@ __device__ __forceinline__ int4 shr4(int4 v, int s) {
 __device__ __forceinline__ int4 or4(int4 a, int4 b) { return make_int4(a.x | b.x, a.y | b.y, a.z | b.z, a.w | b.w); }
 
 // Bits 0..3 of x moved to bit 4 of bytes 0..3 (the 5th bit of four Q5 quants).
-__device__ __forceinline__ int spread4(uint32_t x) { return int(((x * 0x00204081u) & 0x01010101u) << 4); }
+// The mask first: the multiply also carries bits 8+ of x into the selected bit
+// positions (bit 8 lands on byte 1, bit 9 on byte 2, ...).
+__device__ __forceinline__ int spread4(uint32_t x) { return int((((x & 0xFu) * 0x00204081u) & 0x01010101u) << 4); }
 
 // Byte i (0..11) of the 12 packed Q4_K / Q5_K scale bytes held in three words.
 __device__ __forceinline__ int sbyte(int w0, int w1, int w2, int i) {
