@@ -216,6 +216,10 @@ std::vector<TurnResult> run_multiturn(const LoadOptions& opt, int history_tokens
                 if (ev.rfind("data: {", 0) != 0) continue;
                 json j = json::parse(ev.substr(6), nullptr, false);
                 if (j.is_discarded()) continue;
+                if (j.contains("error")) {  // an error after the 200 header arrives as an event
+                    tr.error = j["error"].value("message", j["error"].dump());
+                    return false;
+                }
                 if (j.contains("usage") && j["usage"].is_object()) {
                     tr.prompt_tokens = j["usage"]["prompt_tokens"];
                     tr.cached_tokens = j["usage"]["prompt_tokens_details"]["cached_tokens"];
@@ -234,7 +238,9 @@ std::vector<TurnResult> run_multiturn(const LoadOptions& opt, int history_tokens
             return true;
         };
         httplib::Result r = cli.send(req);
+        if (!tr.error.empty()) fail(strfmt("turn %d failed: %s", t + 1, tr.error.c_str()));
         if (!r || r->status != 200) fail(strfmt("turn %d failed: %s", t + 1, r ? strfmt("HTTP %d", r->status).c_str() : httplib::to_string(r.error()).c_str()));
+        if (tr.prompt_tokens == 0) fail(strfmt("turn %d: the reply carried no usage counts", t + 1));
         out.push_back(tr);
         messages.push_back({{"role", "assistant"}, {"content", content}});
         messages.push_back({{"role", "user"}, {"content", strfmt("And now point %d?", t + 1)}});

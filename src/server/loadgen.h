@@ -46,6 +46,7 @@ struct TurnResult {
     int prompt_tokens = 0;
     int cached_tokens = 0;
     double ttft_ms = 0;
+    std::string error;  // a server error event (run_multiturn throws it)
 };
 std::vector<TurnResult> run_multiturn(const LoadOptions& opt, int history_tokens, int turns);
 
