@@ -18,6 +18,22 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
+// Splits a server-sent-event stream into its events ("\n\n"-terminated) as
+// bytes arrive; on_event returns false to stop reading.
+struct SseEvents {
+    std::string buf;  // bytes of the unfinished event (the whole body if it was no stream)
+    template <class F> bool feed(const char* d, size_t n, F&& on_event) {
+        buf.append(d, n);
+        size_t at;
+        while ((at = buf.find("\n\n")) != std::string::npos) {
+            const std::string ev = buf.substr(0, at);
+            buf.erase(0, at + 2);
+            if (!on_event(ev)) return false;
+        }
+        return true;
+    }
+};
+
 struct One {
     bool ok = false;
     std::string error;
@@ -40,14 +56,10 @@ One request(const LoadOptions& opt, const std::string& prompt) {
     req.set_header("Content-Type", "application/json");
     if (!opt.api_key.empty()) req.set_header("Authorization", "Bearer " + opt.api_key);
     const auto t0 = Clock::now();
-    std::string buf;
+    SseEvents sse;
     bool first = true, done = false, finished = false;
     req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-        buf.append(d, n);
-        size_t at;
-        while ((at = buf.find("\n\n")) != std::string::npos) {
-            const std::string ev = buf.substr(0, at);
-            buf.erase(0, at + 2);
+        return sse.feed(d, n, [&](const std::string& ev) {
             if (ev.rfind("data: ", 0) != 0) {
                 out.error = "malformed event: " + ev.substr(0, 80);
                 return false;
@@ -55,7 +67,7 @@ One request(const LoadOptions& opt, const std::string& prompt) {
             const std::string data = ev.substr(6);
             if (data == "[DONE]") {
                 done = true;
-                continue;
+                return true;
             }
             json j = json::parse(data, nullptr, false);
             if (j.is_discarded() || !j.contains("choices")) {
@@ -71,8 +83,8 @@ One request(const LoadOptions& opt, const std::string& prompt) {
                 finished = true;
                 if (c.contains("tokens")) out.tokens = c["tokens"].get<std::vector<int32_t>>();
             }
-        }
-        return true;
+            return true;
+        });
     };
     httplib::Result r = cli.send(req);
     if (!r) {
@@ -83,7 +95,7 @@ One request(const LoadOptions& opt, const std::string& prompt) {
         return out;
     }
     if (r->status != 200) {
-        out.error = strfmt("HTTP %d: %s", r->status, buf.substr(0, 160).c_str());
+        out.error = strfmt("HTTP %d: %s", r->status, sse.buf.substr(0, 160).c_str());
         return out;
     }
     if (!out.error.empty()) return out;
@@ -204,18 +216,15 @@ std::vector<TurnResult> run_multiturn(const LoadOptions& opt, int history_tokens
         req.set_header("Content-Type", "application/json");
         if (!opt.api_key.empty()) req.set_header("Authorization", "Bearer " + opt.api_key);
         TurnResult tr;
-        std::string buf, content;
+        SseEvents sse;
+        std::string content;
         bool first = true;
         const auto t0 = Clock::now();
         req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-            buf.append(d, n);
-            size_t at;
-            while ((at = buf.find("\n\n")) != std::string::npos) {
-                const std::string ev = buf.substr(0, at);
-                buf.erase(0, at + 2);
-                if (ev.rfind("data: {", 0) != 0) continue;
+            return sse.feed(d, n, [&](const std::string& ev) {
+                if (ev.rfind("data: {", 0) != 0) return true;
                 json j = json::parse(ev.substr(6), nullptr, false);
-                if (j.is_discarded()) continue;
+                if (j.is_discarded()) return true;
                 if (j.contains("error")) {  // an error after the 200 header arrives as an event
                     tr.error = j["error"].value("message", j["error"].dump());
                     return false;
@@ -234,8 +243,8 @@ std::vector<TurnResult> run_multiturn(const LoadOptions& opt, int history_tokens
                     }
                     if (token) content += dl["content"].get<std::string>();
                 }
-            }
-            return true;
+                return true;
+            });
         };
         httplib::Result r = cli.send(req);
         if (!tr.error.empty()) fail(strfmt("turn %d failed: %s", t + 1, tr.error.c_str()));
