@@ -2,7 +2,10 @@
 //   matvec (T=1, decode): weight bytes streamed per second ("bytes_per_second");
 //     compare with BM_MemRead, the streaming-read bandwidth of the same machine.
 //   matvec on an L2-resident matrix: the kernel's compute ceiling.
-//   matmul (T=512, prompt processing): GFLOP/s ("flops" counter, 2*K*N*T per call).
+//   matmul (T=512, prompt processing): GFLOP/s ("flops" counter, 2*K*N*T per call),
+//     path 0 = the dot kernels (a weight block unpacked per 4 activation rows),
+//     path 1 = the int8 tile kernels (cpu_q8_gemm.h; other types fall back to 0).
+//     Small-T rows of both paths locate the crossover (q8_gemm_min_rows).
 // Weights are rotated through a pool larger than the L3 cache so every matvec
 // reads them from DRAM, as decode does with a real model.
 // Run: build/bench/quant_bench --benchmark_counters_tabular=true
@@ -17,7 +20,9 @@
 #include <vector>
 
 #include "common/thread_pool.h"
+#include "quant/cpu_kernels.h"
 #include "quant/cpu_matmul.h"
+#include "quant/cpu_q8_gemm.h"
 #include "quant/quant.h"
 
 using namespace qinfer;
@@ -102,18 +107,20 @@ void BM_Matmul(benchmark::State& st) {
     const auto t = GgmlType(st.range(0));
     const int64_t K = st.range(1), N = st.range(2), T = st.range(3);
     const int threads = int(st.range(4));
+    const auto path = st.range(5) ? kernels::TilePath::Gemm : kernels::TilePath::Dot;
     const Weights& w = weights(t, K, N, false);
     std::vector<float> x(static_cast<size_t>(K * T)), y(static_cast<size_t>(N * T));
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.f, 1.f);
     for (float& v : x) v = nd(rng);
     for (auto _ : st) {
-        cpu_matmul(t, w.data.data(), K, N, x.data(), T, y.data(), N, pool(threads));
+        kernels::matmul_isa(kernels::detected_isa(), t, w.data.data(), K, N, x.data(), T, y.data(), N, pool(threads),
+                            path);
         benchmark::DoNotOptimize(y.data());
     }
     st.counters["flops"] = benchmark::Counter(2.0 * double(K) * double(N) * double(T) * double(st.iterations()),
                                               benchmark::Counter::kIsRate);
-    st.SetLabel(std::string(type_name(t)) + " " + cpu_kernel_isa());
+    st.SetLabel(std::string(type_name(t)) + " " + cpu_kernel_isa() + (st.range(5) ? " int8-tile" : " dot"));
 }
 
 // Streaming read of a buffer much larger than L3, split over the pool's threads.
@@ -156,9 +163,21 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
-    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16})
-        for (int threads : {1, 2}) b->Args({int64_t(t), 2560, 9216, 512, threads});
-    b->ArgNames({"type", "K", "N", "T", "threads"});
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16})
+        for (int threads : {1, 2})
+            for (int path : {0, 1}) {
+                if (path && !kernels::q8_group_size(t)) continue;
+                b->Args({int64_t(t), 2560, 9216, 512, threads, path});
+            }
+    b->ArgNames({"type", "K", "N", "T", "threads", "path"});
+}
+
+// Short prompts: where the tile kernels start to pay for repacking the weights.
+void matmul_small_args(benchmark::internal::Benchmark* b) {
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K})
+        for (int64_t T : {2, 4, 8, 16, 32})
+            for (int path : {0, 1}) b->Args({int64_t(t), 2560, 9216, T, 1, path});
+    b->ArgNames({"type", "K", "N", "T", "threads", "path"});
 }
 
 }  // namespace
@@ -173,3 +192,4 @@ BENCHMARK(BM_MatvecL2)
     ->Arg(int64_t(GgmlType::F16))
     ->ArgName("type");
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Matmul)->Name("BM_MatmulSmallT")->Apply(matmul_small_args)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -45,12 +45,18 @@ const KernelTable* avx512_table();
 // Best level this CPU supports, lowered by env QINFER_CPU_ISA if set.
 Isa detected_isa();
 
+// Which kernels a matrix-matrix product uses: Auto = the int8 tile kernels
+// (cpu_q8_gemm.h) for supported types from q8_gemm_min_rows() activation rows
+// on SIMD CPUs, else the dot kernels; Dot / Gemm force one (tests, benchmarks;
+// Gemm falls back to Dot for types without a tile kernel).
+enum class TilePath { Auto, Dot, Gemm };
+
 // cpu_matmul with an explicit ISA (tests compare levels against each other).
 // Throws Error if the CPU does not support the requested level.
 void matmul_isa(Isa isa, GgmlType wt, const void* W, int64_t K, int64_t N, const float* x, int64_t T, float* y,
-                int64_t ldy, ThreadPool& pool);
+                int64_t ldy, ThreadPool& pool, TilePath path = TilePath::Auto);
 void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, const float* x, int64_t T,
-                      ThreadPool& pool);
+                      ThreadPool& pool, TilePath path = TilePath::Auto);
 bool cpu_supports(Isa isa);
 // The kernel for one job, after checking its type and shape (throws Error).
 DotFn check_job(Isa isa, const MatmulJob& job, int64_t K, int64_t T);

@@ -18,6 +18,7 @@
 #include "quant/blocks.h"
 #include "quant/cpu_kernels.h"
 #include "quant/cpu_matmul.h"
+#include "quant/cpu_q8_gemm.h"
 #include "quant/quant_ref.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -185,6 +186,8 @@ namespace {
 // A job's share of the region: nc weight rows x tc activation rows per task.
 struct JobPlan {
     DotFn dot;
+    GemmKernel gemm;    // int8 tile kernel, when fn is set (then nc is a multiple of gemm.nr)
+    size_t pb;          // gemm: panel bytes
     size_t wb;          // weight row bytes
     const uint8_t* A;   // its activations, quantized
     size_t ab;          // activation row bytes
@@ -229,7 +232,7 @@ DotFn check_job(Isa isa, const MatmulJob& jb, int64_t K, int64_t T) {
 }
 
 void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, const float* x, int64_t T,
-                      ThreadPool& pool) {
+                      ThreadPool& pool, TilePath path) {
     if (!cpu_supports(isa)) fail(strfmt("cpu_matmul: this CPU or build does not support %s", isa_name(isa)));
     std::vector<JobPlan> plans(n_jobs);
     double work = 0;
@@ -237,6 +240,10 @@ void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, 
     for (size_t j = 0; j < n_jobs; ++j) {
         const MatmulJob& jb = jobs[j];
         plans[j].dot = check_job(isa, jb, K, T);
+        plans[j].gemm = {};
+        const bool tile = path == TilePath::Gemm ||
+                          (path == TilePath::Auto && isa >= Isa::Avx2 && T >= q8_gemm_min_rows());
+        if (tile && (T > 1 || path == TilePath::Gemm)) plans[j].gemm = pick_gemm(isa, jb.wt);
         need[int(act_format(jb.wt))] = true;
         work += double(jb.N) * double(K) * double(T);
     }
@@ -274,7 +281,20 @@ void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, 
         p.ab = act_row_bytes(af, K);
         p.A = act[int(af)];
         p.ahead = int64_t(std::max<size_t>(1, kPrefetchBytes / p.wb));
-        if (T == 1) {
+        if (p.gemm.fn) {
+            // A task packs a chunk of weight rows into panels (~128 KiB, in L2)
+            // once and runs all its activation rows over them, mr at a time
+            // (those stay in L1). Split the rows only when the chunks are too
+            // few for the threads: every split packs the chunk again.
+            const int64_t nr = p.gemm.nr, mr = p.gemm.mr;
+            p.pb = q8_panel_bytes(jb.wt, K, int(nr));
+            p.nc = std::max<int64_t>(1, int64_t((128 << 10) / p.pb)) * nr;
+            while (p.nc > nr && (jb.N + p.nc - 1) / p.nc < threads * 4) p.nc = std::max(nr, p.nc / 2 / nr * nr);
+            p.tc = T;
+            const int64_t n_chunks = (jb.N + p.nc - 1) / p.nc;
+            while (p.tc > 4 * mr && n_chunks * ((T + p.tc - 1) / p.tc) < threads * 4)
+                p.tc = ((p.tc + 1) / 2 + mr - 1) / mr * mr;
+        } else if (T == 1) {
             p.nc = clamp64(int64_t((16 << 10) / p.wb), 1, 256);
             p.tc = 1;
         } else {
@@ -298,6 +318,26 @@ void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, 
         const int64_t o0 = (local % p.n_chunks) * p.nc, o1 = std::min(jb.N, o0 + p.nc);
         const int64_t t0 = (local / p.n_chunks) * p.tc, t1 = std::min(T, t0 + p.tc);
         const uint8_t* Wb = static_cast<const uint8_t*>(jb.W);
+        if (p.gemm.fn) {
+            const int nr = p.gemm.nr;
+            const int64_t n_panels = (o1 - o0 + nr - 1) / nr;
+            thread_local std::vector<uint8_t> panels;
+            if (panels.size() < size_t(n_panels) * p.pb) panels.resize(size_t(n_panels) * p.pb);
+            for (int64_t q = 0; q < n_panels; ++q) {
+                const int64_t o = o0 + q * nr;
+                q8_pack_panel(jb.wt, Wb + size_t(o) * p.wb, p.wb, int(std::min<int64_t>(nr, o1 - o)), nr, K,
+                              panels.data() + size_t(q) * p.pb);
+            }
+            for (int64_t t = t0; t < t1; t += p.gemm.mr) {
+                const int R = int(std::min<int64_t>(p.gemm.mr, t1 - t));
+                for (int64_t q = 0; q < n_panels; ++q) {
+                    const int64_t o = o0 + q * nr;
+                    p.gemm.fn(K, panels.data() + size_t(q) * p.pb, p.A + size_t(t) * p.ab, p.ab, R,
+                              jb.y + t * jb.ldy + o, jb.ldy, int(std::min<int64_t>(nr, o1 - o)));
+                }
+            }
+            return;
+        }
         for (int64_t t = t0; t < t1; t += kMaxTile) {
             const int R = int(std::min<int64_t>(kMaxTile, t1 - t));
             for (int64_t o = o0; o < o1; ++o) {
@@ -317,9 +357,9 @@ void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, 
 }
 
 void matmul_isa(Isa isa, GgmlType wt, const void* W, int64_t K, int64_t N, const float* x, int64_t T, float* y,
-                int64_t ldy, ThreadPool& pool) {
+                int64_t ldy, ThreadPool& pool, TilePath path) {
     const MatmulJob job{wt, W, N, y, ldy};
-    matmul_group_isa(isa, &job, 1, K, x, T, pool);
+    matmul_group_isa(isa, &job, 1, K, x, T, pool, path);
 }
 
 }  // namespace qinfer::kernels
