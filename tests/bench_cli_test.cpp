@@ -74,3 +74,26 @@ TEST(BenchCli, BandwidthFieldsInJsonCsvAndMarkdown) {
     EXPECT_NE(md.find("memory read bandwidth (threads 1):"), std::string::npos) << md;
     EXPECT_NE(md.find("of the measured bandwidth"), std::string::npos) << md;
 }
+
+TEST(BenchCli, ParallelDecodeRows) {
+    if (!reference_available()) GTEST_SKIP() << "reference models not available";
+    const std::string m = reference_path("tiny-qwen35.q8_0.gguf");
+    const uint64_t bytes = expected_decode_bytes(m, true);
+    int rc = 0;
+    const std::string out = run("bench -m " + quote(m) + " -p 0 -n 6 -np 1,3 -r 1 -t 1 -o json", &rc);
+    ASSERT_EQ(rc, 0) << out;
+    const auto j = nlohmann::json::parse(out);
+    ASSERT_EQ(j.size(), 2u);
+    EXPECT_EQ(j[0]["test"], "tg6");
+    EXPECT_EQ(j[1]["test"], "tg6 x3");
+    EXPECT_EQ(j[1]["n_parallel"], 3);
+    const double ts = j[1]["avg_ts"].get<double>();
+    EXPECT_GT(ts, 0.0);
+    // Three sequences share each step's weight reads.
+    EXPECT_NEAR(j[1]["decode_gbs"].get<double>(), ts / 3 * double(bytes) / 1e9, 1e-6 * ts);
+    // Zero sequences is a usage error with the flag named.
+    std::string bad;
+    rc = run_command(quote(qinfer_binary()) + " bench -m " + quote(m) + " -p 0 -n 4 -np 0 -r 1 -t 1 2>&1", &bad);
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(bad.find("-np: '0' is not a valid value"), std::string::npos) << bad;
+}

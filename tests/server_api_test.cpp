@@ -177,6 +177,34 @@ TEST_F(ServerTest, CompletionMatchesEngine) {
     EXPECT_EQ(r.body["usage"]["total_tokens"], 17);
 }
 
+TEST_F(ServerTest, CompletionStreamWithTokensHasOneChunkPerToken) {
+    // return_tokens + stream: a chunk for every generated token (its id in
+    // choices[0].token), in order, and their texts concatenate to the whole text.
+    json body = {{"prompt", "<|im_start|>user\nCount to ten"}, {"max_tokens", 14}, {"temperature", 0},
+                 {"ignore_eos", true}, {"return_tokens", true}};
+    Reply whole = post(port_, "/v1/completions", body);
+    ASSERT_EQ(whole.status, 200) << whole.raw;
+    body["stream"] = true;
+    Stream s = stream(port_, "/v1/completions", body);
+    ASSERT_EQ(s.status, 200);
+    ASSERT_FALSE(s.events.empty());
+    EXPECT_EQ(s.events.back(), "[DONE]");
+    std::vector<int32_t> streamed, final_tokens;
+    std::string text;
+    for (size_t i = 0; i + 1 < s.events.size(); i++) {
+        const json c = json::parse(s.events[i]);
+        const json& ch = c["choices"][0];
+        text += ch["text"].get<std::string>();
+        if (ch.contains("token")) streamed.push_back(ch["token"].get<int32_t>());
+        if (!ch["finish_reason"].is_null()) final_tokens = ch["tokens"].get<std::vector<int32_t>>();
+    }
+    const std::vector<int32_t> want = whole.body["choices"][0]["tokens"].get<std::vector<int32_t>>();
+    EXPECT_EQ(want.size(), 14u);
+    EXPECT_EQ(streamed, want);
+    EXPECT_EQ(final_tokens, want);
+    EXPECT_EQ(text, whole.body["choices"][0]["text"].get<std::string>());
+}
+
 TEST_F(ServerTest, ChatStreamEqualsNonStream) {
     json body = chat_body("Tell me a story.", 12);
     body["return_tokens"] = true;
@@ -333,9 +361,8 @@ TEST_F(ServerTest, BadInputTable) {
 // Turn 1, then turn 2 = turn 1 + reply + a new question, and so on. The
 // tokens the server processes for turn N are those after the longest
 // reusable prefix: the slot's whole history when turn N extends it token for
-// token, else a checkpoint of turn N-1 (its end, or -- when the template
-// renders the reply differently from the generation prompt, as with thinking
-// off -- the start of its last message).
+// token, else a checkpoint of turn N-1: the start of its last message (a
+// checkpoint at its very end is not taken when that message is short).
 static void conversation(int port, Engine& engine, bool thinking, const std::string& system) {
     std::vector<ChatMessage> msgs = {{"system", system}, {"user", "Name three colours."}};
     ChatOptions co;
@@ -361,13 +388,13 @@ static void conversation(int port, Engine& engine, bool thinking, const std::str
                 return n <= p.size() && n < ids.size() && std::equal(p.begin(), p.begin() + std::ptrdiff_t(n), ids.begin());
             };
             // Checkpoint positions of the previous turn: before its last
-            // <|im_start|> and at its end.
+            // <|im_start|>, and at its end when that is more than 64 tokens later.
             size_t boundary = ids_prev.size();
             while (boundary > 0 && ids_prev[boundary - 1] != 8193) boundary--;
             boundary = boundary > 0 ? boundary - 1 : 0;
             size_t want = 0;
             if (is_prefix(ids_prev, boundary)) want = boundary;
-            if (is_prefix(ids_prev, ids_prev.size())) want = ids_prev.size();
+            if (ids_prev.size() - boundary > 64 && is_prefix(ids_prev, ids_prev.size())) want = ids_prev.size();
             if (is_prefix(slot, slot.size())) want = std::max(want, slot.size());
             std::printf("turn %d: prompt %zu, cached %d (previous prompt %zu, its last message at %zu, slot %zu%s)\n", turn,
                         ids.size(), cached, ids_prev.size(), boundary, slot.size(),
@@ -472,6 +499,13 @@ TEST_F(ServerTest, MetricsExposition) {
         EXPECT_NE(r.raw.find(name), std::string::npos) << name;
     EXPECT_GT(metric(port_, "qinfer_time_to_first_token_seconds_count"), 0);
     EXPECT_GT(metric(port_, "qinfer_state_bytes_allocated"), 0);
+    // Every step runs at least one token; forward passes take measurable time.
+    const double steps = metric(port_, "qinfer_forward_steps_total");
+    EXPECT_GT(steps, 0);
+    EXPECT_GE(metric(port_, "qinfer_batch_tokens_total"), steps);
+    EXPECT_GT(metric(port_, "qinfer_forward_seconds_total"), 0);
+    EXPECT_GT(metric(port_, "qinfer_sample_seconds_total"), 0);
+    EXPECT_GE(metric(port_, "qinfer_snapshot_seconds_total"), 0);
     EXPECT_EQ(metric(port_, "qinfer_queue_depth"), 0);
 }
 

@@ -1,8 +1,12 @@
-// `qinfer bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [-ngl N] [--depth D] [-o md|json|csv]`
+// `qinfer bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [-ngl N] [--depth D] [-np B] [-o md|json|csv]`
 // Prompt processing (ppP) and generation (tgN) throughput in llama-bench's
 // table layout: mean ± standard deviation over the repetitions, after one
-// unmeasured warm-up run. -p/-n/-t/-ngl/--depth take comma lists; every
+// unmeasured warm-up run. -p/-n/-t/-ngl/--depth/-np take comma lists; every
 // combination is measured. Random token ids: no tokenizer involved.
+//
+// -np B > 1 adds batched generation ("tgN xB"): B sequences decode N tokens
+// each, one forward pass per step with one token of every sequence (what a
+// server does under load); t/s is the aggregate over all B sequences.
 //
 // Decode at batch 1 reads every weight once per token, so for CPU runs the
 // command also measures this machine's read bandwidth with the same thread
@@ -72,17 +76,21 @@ Stats stats(const std::vector<double>& v) {
 
 struct Row {
     std::string model, size, params, backend;
-    int threads = 0, ngl = 0, n_prompt = 0, n_gen = 0, depth = 0;
+    int threads = 0, ngl = 0, n_prompt = 0, n_gen = 0, depth = 0, parallel = 1;
     uint64_t file_bytes = 0, n_params = 0;
     std::vector<double> tps;      // per repetition
     std::vector<double> ttft_ms;  // pp tests: prompt + first-token sampling
     uint64_t decode_bytes = 0;    // weight bytes one decode step reads
     double mem_bw_gbs = 0;        // measured read bandwidth (CPU runs; 0 = not measured)
     bool is_tg() const { return n_prompt == 0 && n_gen > 0; }
-    double decode_gbs() const { return is_tg() ? stats(tps).mean * double(decode_bytes) / 1e9 : 0.0; }
+    // Weight bytes per second: a batched step reads the weights once for all its sequences.
+    double decode_gbs() const {
+        return is_tg() ? stats(tps).mean / double(parallel) * double(decode_bytes) / 1e9 : 0.0;
+    }
     double bw_fraction() const { return mem_bw_gbs > 0 ? decode_gbs() / mem_bw_gbs : 0.0; }
     std::string test() const {
         std::string t = n_prompt > 0 ? strfmt("pp%d", n_prompt) : strfmt("tg%d", n_gen);
+        if (parallel > 1) t += strfmt(" x%d", parallel);
         if (depth > 0) t += strfmt(" @ d%d", depth);
         return t;
     }
@@ -167,13 +175,13 @@ std::string human_params(uint64_t n) {
 }
 
 // Fills the slot with `n` random tokens (context for a depth test), unmeasured.
-void fill(Model& model, Rng& rng, int n_vocab, int n, int n_batch) {
+void fill(Model& model, Rng& rng, int n_vocab, int n, int n_batch, int slot) {
     Batch b;
     std::vector<float> logits;
     for (int done = 0; done < n;) {
         b.clear();
         const int k = std::min(n_batch, n - done);
-        for (int i = 0; i < k; i++) b.add(int32_t(rng.next() % uint64_t(n_vocab)), done + i, 0, false);
+        for (int i = 0; i < k; i++) b.add(int32_t(rng.next() % uint64_t(n_vocab)), done + i, slot, false);
         model.forward(b, logits);
         done += k;
     }
@@ -181,8 +189,11 @@ void fill(Model& model, Rng& rng, int n_vocab, int n, int n_batch) {
 
 // One repetition; returns tokens/s and (pp) the time to first token.
 std::pair<double, double> run_once(Model& model, Rng& rng, int n_vocab, const Row& row, int n_batch) {
-    model.clear_slot(0);
-    fill(model, rng, n_vocab, row.depth, n_batch);
+    const int B = row.parallel;
+    for (int s = 0; s < B; s++) {
+        model.clear_slot(s);
+        fill(model, rng, n_vocab, row.depth, n_batch, s);
+    }
     std::vector<float> logits;
     Batch b;
     const auto t0 = Clock::now();
@@ -200,15 +211,16 @@ std::pair<double, double> run_once(Model& model, Rng& rng, int n_vocab, const Ro
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         return {1000.0 * row.n_prompt / ms, ms};
     }
-    int32_t tok = int32_t(rng.next() % uint64_t(n_vocab));
+    std::vector<int32_t> tok(static_cast<size_t>(B));
+    for (int32_t& t : tok) t = int32_t(rng.next() % uint64_t(n_vocab));
     for (int i = 0; i < row.n_gen; i++) {
         b.clear();
-        b.add(tok, row.depth + i, 0, true);
+        for (int s = 0; s < B; s++) b.add(tok[size_t(s)], row.depth + i, s, true);
         model.forward(b, logits);
-        tok = argmax(logits.data(), n_vocab);
+        for (int s = 0; s < B; s++) tok[size_t(s)] = argmax(logits.data() + size_t(s) * size_t(n_vocab), n_vocab);
     }
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    return {1000.0 * row.n_gen / ms, 0.0};
+    return {1000.0 * row.n_gen * B / ms, 0.0};
 }
 
 void print_markdown(const std::vector<Row>& rows) {
@@ -258,6 +270,7 @@ void print_json(const std::vector<Row>& rows) {
         j["n_prompt"] = r.n_prompt;
         j["n_gen"] = r.n_gen;
         j["n_depth"] = r.depth;
+        j["n_parallel"] = r.parallel;
         j["test"] = r.test();
         j["avg_ts"] = s.mean;
         j["stddev_ts"] = s.stddev;
@@ -298,7 +311,7 @@ void print_csv(const std::vector<Row>& rows) {
 
 int cmd_bench(int argc, char** argv) {
     CLI::App app{"Prompt processing / generation throughput (llama-bench layout)", "qinfer bench"};
-    std::string model_path, p_str = "512", n_str = "128", t_str, ngl_str = "0", d_str = "0", out = "md";
+    std::string model_path, p_str = "512", n_str = "128", t_str, ngl_str = "0", d_str = "0", np_str = "1", out = "md";
     int reps = 5, n_batch = 512;
     std::string kv_type = "f16";
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
@@ -307,6 +320,7 @@ int cmd_bench(int argc, char** argv) {
     app.add_option("-t,--threads", t_str, "CPU threads (comma list; default physical cores)");
     app.add_option("--gpu-layers,--n-gpu-layers", ngl_str, "GPU layers (-ngl; comma list)");
     app.add_option("-d,--depth", d_str, "tokens already in the context (comma list)");
+    app.add_option("--parallel", np_str, "sequences decoding together (-np; comma list): batched tg tests");
     app.add_option("-r,--repetitions", reps, "measured repetitions per test")->check(CLI::Range(1, 1000));
     app.add_option("-b,--batch-size", n_batch, "max tokens per forward pass")->check(CLI::Range(1, 65536));
     app.add_option("--kv-type,--cache-type-k", kv_type, "KV cache type (-ctk): f16 or f32")
@@ -314,6 +328,8 @@ int cmd_bench(int argc, char** argv) {
     app.add_option("-o,--output", out, "output format: md, json or csv")->check(CLI::IsMember({"md", "json", "csv"}));
     std::vector<std::string> arg_storage;
     std::vector<char*> args = normalize_llama_flags(argc, argv, arg_storage);
+    for (char*& a : args)
+        if (std::string(a) == "-np") a = const_cast<char*>("--parallel");
     try {
         app.parse(int(args.size()), args.data());
     } catch (const CLI::ParseError& e) {
@@ -328,6 +344,8 @@ int cmd_bench(int argc, char** argv) {
         i = j + 1;
     }
     const std::vector<int> depths = parse_int_list(d_str, "--depth", 0);
+    const std::vector<int> nps = parse_int_list(np_str, "-np", 1);
+    const int max_np = *std::max_element(nps.begin(), nps.end());
     const std::vector<int> ts = t_str.empty() ? std::vector<int>{physical_cores()} : parse_int_list(t_str, "-t", 1);
 
     int max_ctx = 0;
@@ -346,6 +364,7 @@ int cmd_bench(int argc, char** argv) {
         for (int threads : ts) {
             EngineOptions eo;
             eo.n_ctx = max_ctx + 1;
+            eo.n_slots = max_np;
             eo.n_batch = n_batch;
             eo.n_threads = threads;
             eo.gpu_layers = ngl;
@@ -368,9 +387,12 @@ int cmd_bench(int argc, char** argv) {
                 }
                 for (int n : ns) {
                     if (n <= 0) continue;
-                    tests.emplace_back();
-                    tests.back().n_gen = n;
-                    tests.back().depth = d;
+                    for (int np : nps) {
+                        tests.emplace_back();
+                        tests.back().n_gen = n;
+                        tests.back().depth = d;
+                        tests.back().parallel = np;
+                    }
                 }
             }
             for (Row& r : tests) {
@@ -392,7 +414,7 @@ int cmd_bench(int argc, char** argv) {
                 }
                 rows.push_back(r);
             }
-            model.clear_slot(0);
+            for (int s = 0; s < max_np; s++) model.clear_slot(s);
             // Again after the tests, keeping the best: on a shared machine one
             // probe can land in another job's burst of memory traffic.
             if (on_cpu && any_tg) bandwidth[threads] = std::max(bandwidth[threads], measure_read_bandwidth(threads));

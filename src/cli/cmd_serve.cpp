@@ -81,7 +81,7 @@ int cmd_serve(int argc, char** argv) {
     ModelFlags mf;
     server::ServerOptions so;
     int n_parallel = 1;
-    int cache_mib = 1024;
+    int cache_mib = 4096;
     int body_mib = 8;
     int grace_s = 10;
     std::string api_key_file;

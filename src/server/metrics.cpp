@@ -48,6 +48,10 @@ void counter(std::string& s, const char* name, const char* help, uint64_t v) {
 void gauge(std::string& s, const char* name, const char* help, int64_t v) {
     s += strfmt("# HELP %s %s\n# TYPE %s gauge\n%s %" PRId64 "\n", name, help, name, name, v);
 }
+void seconds(std::string& s, const char* name, const char* help, uint64_t us) {
+    s += strfmt("# HELP %s %s\n# TYPE %s counter\n%s %.6f\n", name, help, name, name, double(us) * 1e-6);
+}
+
 }  // namespace
 
 std::string Metrics::render() const {
@@ -65,6 +69,11 @@ std::string Metrics::render() const {
             prompt_tokens_processed.load());
     counter(s, "qinfer_generated_tokens_total", "Tokens generated.", generated_tokens.load());
     counter(s, "qinfer_forward_steps_total", "Batched forward passes.", forward_steps.load());
+    counter(s, "qinfer_batch_tokens_total", "Tokens over all forward passes.", batch_tokens.load());
+    seconds(s, "qinfer_forward_seconds_total", "Scheduler time in model forward passes.", forward_us.load());
+    seconds(s, "qinfer_sample_seconds_total", "Scheduler time sampling and streaming tokens.", sample_us.load());
+    seconds(s, "qinfer_snapshot_seconds_total", "Scheduler time saving and restoring prompt-cache checkpoints.",
+            snapshot_us.load());
     counter(s, "qinfer_prompt_cache_hits_total", "Requests that reused cached state.", cache_hits.load());
     counter(s, "qinfer_prompt_cache_misses_total", "Requests that started from an empty state.", cache_misses.load());
     gauge(s, "qinfer_queue_depth", "Requests waiting for a slot.", queue_depth.load());

@@ -41,6 +41,11 @@ struct Metrics {
     std::atomic<uint64_t> prompt_tokens_processed{0};  // actually run through the model
     std::atomic<uint64_t> generated_tokens{0};
     std::atomic<uint64_t> forward_steps{0};
+    std::atomic<uint64_t> batch_tokens{0};  // tokens over all forward passes (/ steps = mean batch)
+    // Where the scheduler thread's time goes, in microseconds: model forward
+    // passes, sampling + streaming the sampled tokens, prompt-cache snapshots
+    // (save and restore).
+    std::atomic<uint64_t> forward_us{0}, sample_us{0}, snapshot_us{0};
     // Gauges (set by the scheduler).
     std::atomic<int64_t> queue_depth{0}, active_sequences{0}, n_slots{0};
     std::atomic<uint64_t> state_bytes_allocated{0}, state_bytes_in_use{0};

@@ -10,6 +10,14 @@ namespace qinfer::server {
 using Clock = std::chrono::steady_clock;
 
 namespace {
+// A message boundary this close to the end of a prompt replaces the
+// end-of-prompt checkpoint (see admit()).
+constexpr int kEndCheckpointGap = 64;
+
+uint64_t micros_since(Clock::time_point t0) {
+    return uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+}
+
 double seconds_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
 }
@@ -118,7 +126,9 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
     if (job->req.reuse_cache) entry = cache_.find(job->prompt);
     try {
         if (entry && int(entry->tokens.size()) > reuse) {
+            const auto t0 = Clock::now();
             model_.restore_slot(si, entry->state);
+            metrics_.snapshot_us += micros_since(t0);
             s.tokens = entry->tokens;
             n_cached = int(entry->tokens.size());
         } else if (reuse == 0) {
@@ -170,19 +180,27 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
     // at its end.
     const int n = int(job->prompt.size());
     std::vector<int> cps;
+    int boundary = -1;
     if (im_start_ >= 0) {
         for (int i = n - 1; i > n_cached; i--) {
             if (job->prompt[size_t(i)] == im_start_) {
-                cps.push_back(i);
+                boundary = i;
                 break;
             }
         }
     }
+    if (boundary >= 0) cps.push_back(boundary);
     if (opt_.checkpoint_interval > 0)
         for (int p = (n_cached / opt_.checkpoint_interval + 1) * opt_.checkpoint_interval; p < n;
              p += opt_.checkpoint_interval)
             cps.push_back(p);
-    cps.push_back(n);
+    // The end of the prompt only when no message boundary lies just before it:
+    // a chat prompt ends in "<|im_start|>assistant\n" (plus any thinking
+    // prefix) that the next turn renders differently, so a snapshot there is
+    // rarely a prefix of anything, and with a long history it would evict the
+    // boundary snapshot from the budget. Repeating the prompt exactly still
+    // reuses the boundary one (a few tokens to recompute).
+    if (boundary < 0 || n - boundary > kEndCheckpointGap) cps.push_back(n);
     std::sort(cps.begin(), cps.end());
     cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
     if (opt_.cache_bytes == 0) cps.clear();
@@ -221,6 +239,7 @@ bool Scheduler::step() {
         const Slot& s = slots_[size_t(batch_.slot[i])];
         if (batch_.pos[i] < int(s.seq->prompt().size())) n_prompt_tokens++;
     }
+    const auto t_forward = Clock::now();
     try {
         model_.forward(batch_, logits_);
         if (logits_.size() != want.size() * size_t(n_vocab_))
@@ -229,9 +248,13 @@ bool Scheduler::step() {
         for (Slot* s : touched) fail_slot(*s, std::string("model error: ") + e.what());
         return true;
     }
+    const auto t_sample = Clock::now();
+    metrics_.forward_us += uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(t_sample - t_forward).count());
     metrics_.forward_steps++;
+    metrics_.batch_tokens += batch_.size();
     metrics_.prompt_tokens_processed += n_prompt_tokens;
     for (size_t i = 0; i < want.size(); i++) want[i]->seq->on_logits(logits_.data() + i * size_t(n_vocab_));
+    metrics_.sample_us += micros_since(t_sample);
 
     for (Slot* s : touched) {
         const int at = int(s->tokens.size());
@@ -240,7 +263,9 @@ bool Scheduler::step() {
             const uint64_t est = uint64_t(at) * kv_bytes_per_token_ + recurrent_bytes_per_seq_;
             if (s->checkpoints.front() == at && est <= opt_.cache_bytes && !cache_.contains(s->tokens)) {
                 try {
+                    const auto t0 = Clock::now();
                     cache_.add(s->tokens, model_.save_slot(int(s - slots_.data())));
+                    metrics_.snapshot_us += micros_since(t0);
                 } catch (const std::exception&) {
                     // Out of host memory for a snapshot: serve on without it.
                 }

@@ -62,7 +62,7 @@ struct Job {
 
 struct SchedulerOptions {
     int queue_size = 64;             // jobs waiting for a slot; more are refused
-    uint64_t cache_bytes = 1ull << 30;  // prompt-cache budget (host memory)
+    uint64_t cache_bytes = 4ull << 30;  // prompt-cache budget (host memory)
     int checkpoint_interval = 4096;  // also checkpoint every this many prompt tokens (0 = off)
 };
 

@@ -412,6 +412,12 @@ void Server::completion(const httplib::Request& http_req, httplib::Response& res
                     reply->tokens.push_back(e.id);
                     if (reply->chat) {
                         for (const json& c : reply->deltas(reply->parser->push(e.piece))) write_sse(sink, c, ok);
+                    } else if (return_tokens) {
+                        // Every token gets its chunk (with its id), even one whose
+                        // text is held back as an incomplete UTF-8 sequence.
+                        json c = reply->chunk(e.piece, nullptr);
+                        c["choices"][0]["token"] = e.id;
+                        write_sse(sink, c, ok);
                     } else if (!e.piece.empty()) {
                         write_sse(sink, reply->chunk(e.piece, nullptr), ok);
                     }

@@ -83,6 +83,13 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
     QINFER_CUBLAS_CHECK(cublasSetWorkspace(h, scratch(cublas_ws_, size_t(32) << 20, "cublas"), size_t(32) << 20));
     graphs_enabled_ = !env_is("QINFER_CUDA_GRAPHS", "0");
     fuse_ = !env_is("QINFER_CUDA_FUSE", "0");
+    profile_ = env_is("QINFER_CUDA_PROFILE", "1");
+    if (profile_) {
+        graphs_enabled_ = true;  // ops are queued (so fusion happens) but never recorded
+        QINFER_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&hold_flag_), sizeof(int), cudaHostAllocMapped));
+        *hold_flag_ = 0;
+        QINFER_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&hold_flag_dev_), hold_flag_, 0));
+    }
 }
 
 CudaBackend::~CudaBackend() {
@@ -94,6 +101,11 @@ CudaBackend::~CudaBackend() {
     }
     cudaStreamSynchronize(stream_);
     cudaStreamSynchronize(upload_stream_);
+    if (profile_) {
+        print_profile();
+        for (cudaEvent_t e : profile_events_) cudaEventDestroy(e);
+        if (hold_flag_) cudaFreeHost(hold_flag_);
+    }
     for (auto& kv : auto_graphs_) destroy_graph(kv.second);
     for (auto& kv : keyed_graphs_) destroy_graph(kv.second);
     for (auto& kv : owned_) cudaFree(const_cast<void*>(kv.first));
@@ -112,6 +124,7 @@ std::string CudaBackend::name() const { return name_; }
 
 template <class... A> void CudaBackend::sig(const A&... a) {
     if (!deferring()) return;
+    last_sig_at_ = sig_.size();
     auto put = [this](const auto& v) {
         static_assert(std::is_trivially_copyable_v<std::decay_t<decltype(v)>>, "signature values must be plain");
         const uint8_t* p = reinterpret_cast<const uint8_t*>(&v);
@@ -489,6 +502,9 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
             hw = scratch(half_w_, size_t(chunk * K) * 4, "f32 weight chunk");
         }
         sig(uint32_t(2), dw.data, dw.K, dw.N, uint32_t(dw.type), xp, T, yp, ldy, b, hw, hx, chunk);
+        if (profile_)
+            next_label_ = strfmt("matmul %s %lldx%lld T=%lld cublas", type_name(w.type), (long long)K, (long long)N,
+                                 (long long)T);
         const cudaStream_t st = stream_;
         enqueue([=] {
             const float one = 1.f, zero = 0.f;
@@ -523,6 +539,9 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
         const cuda::ActQ act = activations(w.type, x, K, T);
         const bool use_mma = T > kVecMaxT && !(prefill && std::strcmp(prefill, "vec") == 0);
         sig(uint32_t(2), dw.data, dw.K, dw.N, uint32_t(dw.type), xp, T, yp, ldy, b, act.qs, act.half, use_mma);
+        if (profile_)
+            next_label_ = strfmt("matmul %s %lldx%lld T=%lld %s", type_name(w.type), (long long)K, (long long)N,
+                                 (long long)T, use_mma ? "mma" : "vec");
         enqueue([=, s = stream_] {
             if (!use_mma || !cuda::matmul_mma(dw, act, T, yp, ldy, b, s)) cuda::matmul_vec(dw, act, T, yp, ldy, b, s);
         });
@@ -767,6 +786,10 @@ void CudaBackend::enqueue(std::function<void()> fn) {
     if (pending_.size() >= 16384 && !in_keyed_) flush();  // bound the queue (before: callers tag back())
     PendingOp op;
     op.run = std::move(fn);
+    if (profile_) {
+        op.label = next_label_.empty() ? profile_label(op) : next_label_;
+        next_label_.clear();
+    }
     pending_.push_back(std::move(op));
 }
 
@@ -793,17 +816,53 @@ void CudaBackend::destroy_graph(GraphRec& g) {
 // the result is the same as running the ops one by one).
 void CudaBackend::run_pending(const std::vector<void*>* pinned) {
     const size_t n = pending_.size();
+    // Profiling: the stream is held while a run of up to kHeld ops is queued
+    // with an event before and after each, so the events time the kernels
+    // themselves, not the host's launch gaps.
+    constexpr int kHeld = 96;
+    const bool prof = profile_ && !pinned;
+    std::vector<std::string> labels;
+    int held = 0;
+    auto release = [&] {
+        *static_cast<volatile int*>(hold_flag_) = hold_value_;
+        held = 0;
+    };
+    auto before = [&](std::string label) {
+        if (!prof) return;
+        if (held == 0) cuda::hold_until(hold_flag_dev_, ++hold_value_, stream_);
+        const size_t k = 2 * labels.size();
+        while (profile_events_.size() < k + 2) {
+            cudaEvent_t e;
+            QINFER_CUDA_CHECK(cudaEventCreate(&e));
+            profile_events_.push_back(e);
+        }
+        QINFER_CUDA_CHECK(cudaEventRecord(profile_events_[k], stream_));
+        labels.push_back(std::move(label));
+    };
+    auto after = [&] {
+        if (!prof) return;
+        QINFER_CUDA_CHECK(cudaEventRecord(profile_events_[2 * labels.size() - 1], stream_));
+        if (++held == kHeld) release();
+    };
+    struct ReleaseOnExit {  // never leave the stream held (an op may throw)
+        std::function<void()> f;
+        ~ReleaseOnExit() { f(); }
+    } release_on_exit{[&] { if (prof) release(); }};
     for (size_t i = 0; i < n;) {
         const PendingOp& op = pending_[i];
         if (op.payload >= 0) {
             const Payload& p = payloads_[size_t(op.payload)];
             const void* src = pinned ? (*pinned)[size_t(op.payload)] : p.data.data();
+            before("upload (write)");
             QINFER_CUDA_CHECK(cudaMemcpyAsync(p.dst, src, p.data.size(), cudaMemcpyHostToDevice, stream_));
+            after();
             ++i;
             continue;
         }
         if (op.kind != PendingOp::Matvec || !fuse_) {
+            before(op.label);
             op.run();
+            after();
             ++i;
             continue;
         }
@@ -833,10 +892,67 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
                 ++j;
             }
         }
+        if (prof) {
+            std::string label = nj > 1 || residual ? "fused:" : "";
+            for (size_t k = i; k < i + size_t(nj); ++k) label += (k > i ? " + " : " ") + pending_[k].label;
+            if (residual) label += " + add";
+            before(label);
+        }
         if (nj == 1 && !residual) op.run();
         else cuda::matmul_vec_multi(jobs, nj, op.act, op.T, stream_);
+        after();
         i = j;
     }
+    if (prof) {
+        release();
+        QINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        for (size_t k = 0; k < labels.size(); ++k) {
+            float ms = 0;
+            QINFER_CUDA_CHECK(cudaEventElapsedTime(&ms, profile_events_[2 * k], profile_events_[2 * k + 1]));
+            ProfileStat& st = profile_stats_[labels[k]];
+            st.calls++;
+            st.ms += ms;
+        }
+    }
+}
+
+std::string CudaBackend::profile_label(const PendingOp&) const {
+    uint32_t code = 0;
+    if (sig_.size() >= last_sig_at_ + sizeof(code)) std::memcpy(&code, sig_.data() + last_sig_at_, sizeof(code));
+    switch (code) {
+        case 1: return "get_rows";
+        case 2: return "matmul";
+        case 3: return "rms_norm";
+        case 4: return "l2_norm";
+        case 5: return "rms_norm_gated";
+        case 6: return "add";
+        case 7: return "swiglu";
+        case 8: return "sigmoid_mul";
+        case 9: case 10: return "copy";
+        case 11: return "rope_neox";
+        case 12: return "attention (kv store + attention)";
+        case 13: return "conv1d_silu";
+        case 14: return "gated_delta_rule";
+        case 15: return "argmax";
+        case 16: return "quantize activations";
+        case 0x46: return "fill_zero";
+        case 0x43: return "copy_bytes";
+        default: return strfmt("op %u", code);
+    }
+}
+
+void CudaBackend::print_profile() const {
+    if (profile_stats_.empty()) return;
+    std::vector<std::pair<std::string, ProfileStat>> rows(profile_stats_.begin(), profile_stats_.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    double total = 0;
+    for (const auto& r : rows) total += r.second.ms;
+    std::fprintf(stderr, "%s profile (GPU time per op, eager, kernels back to back): %.2f ms in all\n", name_.c_str(),
+                 total);
+    std::fprintf(stderr, "%10s %6s %8s %10s  %s\n", "ms", "%", "calls", "us/call", "op");
+    for (const auto& [label, st] : rows)
+        std::fprintf(stderr, "%10.3f %6.2f %8llu %10.2f  %s\n", st.ms, 100.0 * st.ms / total,
+                     (unsigned long long)st.calls, 1000.0 * st.ms / double(st.calls), label.c_str());
 }
 
 void CudaBackend::flush() {
@@ -868,7 +984,7 @@ void CudaBackend::flush() {
     }
     size_t recorded = 0;
     for (const auto& kv : auto_graphs_) recorded += kv.second.exec != nullptr;
-    const bool record = rec && rec->seen >= 1 && recorded < 64 && pending_.size() >= 4;
+    const bool record = !profile_ && rec && rec->seen >= 1 && recorded < 64 && pending_.size() >= 4;
     if (!record) {
         run_pending(nullptr);
         ++eager_flushes_;
@@ -930,7 +1046,7 @@ bool CudaBackend::begin_graph(uint64_t key) {
             g = g->second.exec ? std::next(g) : keyed_graphs_.erase(g);
     }
     auto it = keyed_graphs_.find(key);
-    keyed_replay_ = it != keyed_graphs_.end() && it->second.exec;
+    keyed_replay_ = !profile_ && it != keyed_graphs_.end() && it->second.exec;
     return !keyed_replay_;
 }
 
@@ -955,7 +1071,7 @@ void CudaBackend::end_graph() {
     }
     size_t recorded = 0;
     for (const auto& kv : keyed_graphs_) recorded += kv.second.exec != nullptr;
-    if (rec.seen == 0 || recorded >= 64) {  // first sighting sizes the scratch buffers
+    if (rec.seen == 0 || recorded >= 64 || profile_) {  // first sighting sizes the scratch buffers
         ++rec.seen;
         print_load_stats_once();
         run_pending(nullptr);

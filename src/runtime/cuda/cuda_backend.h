@@ -143,6 +143,7 @@ private:
         cuda::ActQ act;
         int64_t T = 0;
         cuda::Rows a, b, y;  // Add
+        std::string label;   // QINFER_CUDA_PROFILE only
     };
     bool fuse_ = true;
     struct GraphRec {
@@ -172,6 +173,23 @@ private:
     bool in_keyed_ = false, keyed_replay_ = false;
     uint64_t keyed_key_ = 0;
     uint64_t graph_launches_ = 0, eager_flushes_ = 0;
+
+    // QINFER_CUDA_PROFILE=1: every queued op runs eagerly between timing
+    // events (no graphs), and the backend prints GPU time per op at exit.
+    struct ProfileStat {
+        uint64_t calls = 0;
+        double ms = 0;
+    };
+    bool profile_ = false;
+    size_t last_sig_at_ = 0;    // where the latest op's signature starts in sig_
+    std::string next_label_;    // a more specific label for the next enqueue (matmul)
+    std::map<std::string, ProfileStat> profile_stats_;
+    std::vector<cudaEvent_t> profile_events_;
+    int* hold_flag_ = nullptr;  // host-mapped; see cuda::hold_until
+    int* hold_flag_dev_ = nullptr;
+    int hold_value_ = 0;
+    std::string profile_label(const PendingOp& op) const;
+    void print_profile() const;
 
 public:
     // Steps replayed from graphs / run eagerly so far (for benchmarks and tests).

@@ -148,4 +148,10 @@ void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max
 // ids[t] = argmax of row t (lowest index wins ties). logits rows of n, stride ld.
 void argmax_rows(const float* logits, int64_t ld, int64_t n, int64_t T, int32_t* ids, cudaStream_t s);
 
+// ---- profiling
+// Holds the stream until the host writes a value >= `value` into `flag`
+// (host-mapped memory): the host then queues a run of kernels with timing
+// events between them, and the GPU runs them back to back once released.
+void hold_until(const volatile int* flag, int value, cudaStream_t s);
+
 }  // namespace qinfer::cuda

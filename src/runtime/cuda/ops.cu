@@ -167,4 +167,15 @@ void rope_neox(Rows x, const int32_t* pos, int n_rot, float base, float freq_sca
     QINFER_CUDA_LAUNCHED("rope_neox");
 }
 
+namespace {
+__global__ void hold_kernel(const volatile int* flag, int value) {
+    while (*flag < value) __nanosleep(1000);
+}
+}  // namespace
+
+void hold_until(const volatile int* flag, int value, cudaStream_t s) {
+    hold_kernel<<<1, 1, 0, s>>>(flag, value);
+    QINFER_CUDA_LAUNCHED("hold_until");
+}
+
 }  // namespace qinfer::cuda
