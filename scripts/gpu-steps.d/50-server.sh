@@ -36,7 +36,7 @@ pid=$!
 if health $port; then
   echo "== load (512-token prompts, 128 tokens each, 20 s per point)"
   timeout 300 "$Q" serve loadgen --port $port --clients 1,8,32,64 --duration 8 --max-tokens 128 --prompt-file "$OUT/p512.txt" 2>&1 | tee "$OUT/serve-load.txt"
-  python3 - $port <<'PY' | grep -E "^qinfer_(requests|tokens|kv|state|queue)" | head -12
+  python3 - $port <<'PY' | grep -E "^qinfer_(requests_total|forward|batch|sample|snapshot|prompt_tokens|generated|state_bytes)" | head -20
 import sys, urllib.request
 print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode())
 PY
@@ -52,6 +52,10 @@ port=18081
 pid=$!
 if health $port; then
   timeout 300 "$Q" serve loadgen --port $port --multiturn 16000 --turns 3 2>&1 | tee "$OUT/serve-multiturn.txt"
+  python3 - $port <<'PY' | grep -E "^qinfer_(prompt_cache|snapshot|forward_seconds|prompt_tokens)" | head -12
+import sys, urllib.request
+print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode())
+PY
 else
   echo "server did not become healthy"; tail -5 "$OUT/serve-mt.log"
 fi

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Batched decode (what a server under load runs): aggregate tokens/s for 1-64
+# sequences decoding together, then GPU time per op (QINFER_CUDA_PROFILE) for
+# decode at batch 1 and 64 and for a 512-token prompt.
+#   bash 38-batched.sh BUILD_DIR REF_DIR OUT_DIR
+set -uo pipefail
+BUILD=$1; OUT=$3
+Q="$BUILD/qinfer"
+M="${QINFER_BENCH_MODELS:-/tmp/qinfer-models}"
+f="$M/qwen35-4b-q4_k_m.gguf"
+[ -f "$f" ] || { echo "no $f (05-models generates it): SKIP"; exit 0; }
+echo "== batched decode: tg32 x B"
+timeout 300 "$Q" bench -m "$f" -ngl all -p 0 -n 32 -np 1,8,32,64 -r 2 2>&1 | grep -E "tg32"
+profile() {  # label bench-args...
+  local label=$1; shift
+  QINFER_CUDA_PROFILE=1 timeout 120 "$Q" bench -m "$f" -ngl all -r 1 "$@" > "$OUT/profile-$label.txt" 2>&1
+  echo "== profile $label ($*): top ops"
+  sed -n '/profile (GPU time per op/,$p' "$OUT/profile-$label.txt" | head -22
+}
+profile tg1 -p 0 -n 16
+profile tg64 -p 0 -n 8 -np 64
+profile pp512 -p 512 -n 0
