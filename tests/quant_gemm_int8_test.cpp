@@ -164,7 +164,8 @@ TEST(QuantGemmInt8, AutoPathAndThreadsAndGroups) {
     // group equals the products one by one.
     ThreadPool one(1), three(3);
     const Isa isa = kernels::detected_isa();
-    const int64_t K = 512, T = std::max<int64_t>(kernels::q8_gemm_min_rows(), 2) + 7;
+    const int64_t K = 512;
+    const int64_t T = std::max(kernels::q8_gemm_min_rows(GgmlType::Q4_K), kernels::q8_gemm_min_rows(GgmlType::Q6_K)) + 7;
     const Problem a = make_problem(GgmlType::Q4_K, K, 300, T, 7), b = make_problem(GgmlType::Q6_K, K, 45, T, 8);
     const std::vector<float> forced = run(a, isa, TilePath::Gemm, one);
     for (ThreadPool* pool : {&one, &three}) {

@@ -242,7 +242,7 @@ void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, 
         plans[j].dot = check_job(isa, jb, K, T);
         plans[j].gemm = {};
         const bool tile = path == TilePath::Gemm ||
-                          (path == TilePath::Auto && isa >= Isa::Avx2 && T >= q8_gemm_min_rows());
+                          (path == TilePath::Auto && isa >= Isa::Avx2 && T >= q8_gemm_min_rows(jb.wt));
         if (tile && (T > 1 || path == TilePath::Gemm)) plans[j].gemm = pick_gemm(isa, jb.wt);
         need[int(act_format(jb.wt))] = true;
         work += double(jb.N) * double(K) * double(T);
@@ -325,8 +325,10 @@ void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, 
             if (panels.size() < size_t(n_panels) * p.pb) panels.resize(size_t(n_panels) * p.pb);
             for (int64_t q = 0; q < n_panels; ++q) {
                 const int64_t o = o0 + q * nr;
-                q8_pack_panel(jb.wt, Wb + size_t(o) * p.wb, p.wb, int(std::min<int64_t>(nr, o1 - o)), nr, K,
-                              panels.data() + size_t(q) * p.pb);
+                const int n = int(std::min<int64_t>(nr, o1 - o));
+                uint8_t* panel = panels.data() + size_t(q) * p.pb;
+                if (p.gemm.pack) p.gemm.pack(Wb + size_t(o) * p.wb, p.wb, n, K, panel);
+                else q8_pack_panel(jb.wt, Wb + size_t(o) * p.wb, p.wb, n, nr, K, panel);
             }
             for (int64_t t = t0; t < t1; t += p.gemm.mr) {
                 const int R = int(std::min<int64_t>(p.gemm.mr, t1 - t));

@@ -4,6 +4,7 @@
 // float expression as the portable dot kernels), and kernel selection.
 #include "quant/cpu_q8_gemm.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -22,10 +23,7 @@ struct KBlock {
     float dA, dB;
 };
 
-void decode(const block_q2_K& b, KBlock& k) {
-    for (int h = 0; h < 2; ++h)
-        for (int s = 0; s < 4; ++s)
-            for (int l = 0; l < 32; ++l) k.u[128 * h + 32 * s + l] = uint8_t((b.qs[32 * h + l] >> (2 * s)) & 3);
+void decode_scales(const block_q2_K& b, KBlock& k) {
     for (int g = 0; g < 16; ++g) {
         k.sc[g] = b.scales[g] & 0xF;
         k.mn[g] = b.scales[g] >> 4;
@@ -33,7 +31,18 @@ void decode(const block_q2_K& b, KBlock& k) {
     k.dA = fp16_to_fp32(b.d);
     k.dB = fp16_to_fp32(b.dmin);
 }
+void decode(const block_q2_K& b, KBlock& k) {
+    for (int h = 0; h < 2; ++h)
+        for (int s = 0; s < 4; ++s)
+            for (int l = 0; l < 32; ++l) k.u[128 * h + 32 * s + l] = uint8_t((b.qs[32 * h + l] >> (2 * s)) & 3);
+    decode_scales(b, k);
+}
 
+void decode_scales(const block_q3_K& b, KBlock& k) {
+    for (int g = 0; g < 16; ++g) k.sc[g] = k.mn[g] = q3_K_scale(b.scales, g);
+    k.dA = fp16_to_fp32(b.d);
+    k.dB = 4.f * k.dA;
+}
 void decode(const block_q3_K& b, KBlock& k) {
     for (int h = 0; h < 2; ++h)
         for (int s = 0; s < 4; ++s)
@@ -41,10 +50,22 @@ void decode(const block_q3_K& b, KBlock& k) {
                 const int hb = (b.hmask[l] >> (4 * h + s)) & 1;
                 k.u[128 * h + 32 * s + l] = uint8_t(((b.qs[32 * h + l] >> (2 * s)) & 3) | (hb << 2));  // q + 4
             }
-    for (int g = 0; g < 16; ++g) k.sc[g] = k.mn[g] = q3_K_scale(b.scales, g);
-    k.dA = fp16_to_fp32(b.d);
-    k.dB = 4.f * k.dA;
+    decode_scales(b, k);
 }
+
+template <class B>
+void decode_scales_q45(const B& b, KBlock& k) {
+    for (int j = 0; j < 8; ++j) {
+        uint8_t sc, m;
+        get_scale_min_k4(j, b.scales, &sc, &m);
+        k.sc[2 * j] = k.sc[2 * j + 1] = sc;
+        k.mn[2 * j] = k.mn[2 * j + 1] = m;
+    }
+    k.dA = fp16_to_fp32(b.d);
+    k.dB = fp16_to_fp32(b.dmin);
+}
+void decode_scales(const block_q4_K& b, KBlock& k) { decode_scales_q45(b, k); }
+void decode_scales(const block_q5_K& b, KBlock& k) { decode_scales_q45(b, k); }
 
 template <class B>
 void decode_q45(const B& b, KBlock& k, const uint8_t* qh) {
@@ -58,18 +79,16 @@ void decode_q45(const B& b, KBlock& k, const uint8_t* qh) {
             k.u[64 * g + l] = uint8_t(lo);
             k.u[64 * g + 32 + l] = uint8_t(hi);
         }
-    for (int j = 0; j < 8; ++j) {
-        uint8_t sc, m;
-        get_scale_min_k4(j, b.scales, &sc, &m);
-        k.sc[2 * j] = k.sc[2 * j + 1] = sc;
-        k.mn[2 * j] = k.mn[2 * j + 1] = m;
-    }
-    k.dA = fp16_to_fp32(b.d);
-    k.dB = fp16_to_fp32(b.dmin);
+    decode_scales_q45(b, k);
 }
 void decode(const block_q4_K& b, KBlock& k) { decode_q45(b, k, nullptr); }
 void decode(const block_q5_K& b, KBlock& k) { decode_q45(b, k, b.qh); }
 
+void decode_scales(const block_q6_K& b, KBlock& k) {
+    for (int g = 0; g < 16; ++g) k.sc[g] = k.mn[g] = b.scales[g];
+    k.dA = fp16_to_fp32(b.d);
+    k.dB = 32.f * k.dA;
+}
 void decode(const block_q6_K& b, KBlock& k) {
     for (int h = 0; h < 2; ++h) {
         const uint8_t* ql = b.ql + 64 * h;
@@ -82,12 +101,12 @@ void decode(const block_q6_K& b, KBlock& k) {
             u[l + 96] = uint8_t((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
         }
     }
-    for (int g = 0; g < 16; ++g) k.sc[g] = k.mn[g] = b.scales[g];
-    k.dA = fp16_to_fp32(b.d);
-    k.dB = 32.f * k.dA;
+    decode_scales(b, k);
 }
 
-template <class B>
+// Quants too, or (SIMD packers, which interleave the quants themselves) only
+// the scale part of each super-block.
+template <class B, bool Quants>
 void pack(const uint8_t* W, size_t rb, int n, int nr, int64_t K, int S, uint8_t* panel) {
     const int ng = QK_K / S;
     const size_t sbb = q8_superblock_bytes(S, nr);
@@ -99,12 +118,15 @@ void pack(const uint8_t* W, size_t rb, int n, int nr, int64_t K, int S, uint8_t*
         float* dA = reinterpret_cast<float*>(mn + 8 * nr);
         float* dB = dA + nr;
         for (int j = 0; j < nr; ++j) {
-            if (j < n) {
+            if (j >= n) {
+                std::memset(&k, 0, sizeof k);
+            } else if (Quants) {
                 decode(reinterpret_cast<const B*>(W + size_t(j) * rb)[i], k);
             } else {
-                std::memset(&k, 0, sizeof k);
+                decode_scales(reinterpret_cast<const B*>(W + size_t(j) * rb)[i], k);
             }
-            for (int s = 0; s < QK_K / 4; ++s) std::memcpy(q + (size_t(s) * nr + j) * 4, k.u + 4 * s, 4);
+            if (Quants)
+                for (int s = 0; s < QK_K / 4; ++s) std::memcpy(q + (size_t(s) * nr + j) * 4, k.u + 4 * s, 4);
             for (int g = 0; g < ng; ++g) sc[g * nr + j] = k.sc[g * (S / 16)];
             for (int p = 0; p < 8; ++p)
                 mn[p * nr + j] = int32_t(uint32_t(uint16_t(k.mn[2 * p])) | (uint32_t(uint16_t(k.mn[2 * p + 1])) << 16));
@@ -152,7 +174,7 @@ void gemm_scalar(int64_t K, const uint8_t* panel, const uint8_t* act, size_t as,
 GemmTable make_scalar_table() {
     GemmTable t;
     for (GgmlType ty : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
-        t.k[int(ty)] = {q8_group_size(ty) == 32 ? gemm_scalar<32> : gemm_scalar<16>, 8, 4};
+        t.k[int(ty)] = {q8_group_size(ty) == 32 ? gemm_scalar<32> : gemm_scalar<16>, nullptr, 8, 4};
     return t;
 }
 
@@ -170,16 +192,25 @@ size_t q8_panel_bytes(GgmlType wt, int64_t K, int nr) {
     return size_t(K / QK_K) * q8_superblock_bytes(q8_group_size(wt), nr);
 }
 
-void q8_pack_panel(GgmlType wt, const uint8_t* W, size_t rb, int n, int nr, int64_t K, uint8_t* panel) {
+template <bool Quants>
+void pack_type(GgmlType wt, const uint8_t* W, size_t rb, int n, int nr, int64_t K, uint8_t* panel) {
     const int S = q8_group_size(wt);
     switch (wt) {
-        case GgmlType::Q2_K: pack<block_q2_K>(W, rb, n, nr, K, S, panel); break;
-        case GgmlType::Q3_K: pack<block_q3_K>(W, rb, n, nr, K, S, panel); break;
-        case GgmlType::Q4_K: pack<block_q4_K>(W, rb, n, nr, K, S, panel); break;
-        case GgmlType::Q5_K: pack<block_q5_K>(W, rb, n, nr, K, S, panel); break;
-        case GgmlType::Q6_K: pack<block_q6_K>(W, rb, n, nr, K, S, panel); break;
+        case GgmlType::Q2_K: pack<block_q2_K, Quants>(W, rb, n, nr, K, S, panel); break;
+        case GgmlType::Q3_K: pack<block_q3_K, Quants>(W, rb, n, nr, K, S, panel); break;
+        case GgmlType::Q4_K: pack<block_q4_K, Quants>(W, rb, n, nr, K, S, panel); break;
+        case GgmlType::Q5_K: pack<block_q5_K, Quants>(W, rb, n, nr, K, S, panel); break;
+        case GgmlType::Q6_K: pack<block_q6_K, Quants>(W, rb, n, nr, K, S, panel); break;
         default: break;
     }
+}
+
+void q8_pack_panel(GgmlType wt, const uint8_t* W, size_t rb, int n, int nr, int64_t K, uint8_t* panel) {
+    pack_type<true>(wt, W, rb, n, nr, K, panel);
+}
+
+void q8_pack_scales(GgmlType wt, const uint8_t* W, size_t rb, int n, int nr, int64_t K, uint8_t* panel) {
+    pack_type<false>(wt, W, rb, n, nr, K, panel);
 }
 
 const GemmTable* q8_gemm_scalar_table() {
@@ -190,6 +221,7 @@ const GemmTable* q8_gemm_scalar_table() {
 GemmKernel pick_gemm(Isa isa, GgmlType wt) {
     const int id = int(wt);
     if (id < 0 || id >= kTypeSlots) return {};
+    if (isa == Isa::Scalar) return q8_gemm_scalar_table()->k[id];
     if (isa == Isa::Avx512 && q8_gemm_avx512_table() && q8_gemm_avx512_table()->k[id].fn)
         return q8_gemm_avx512_table()->k[id];
     if (isa >= Isa::Avx2 && q8_gemm_avx2_table() && q8_gemm_avx2_table()->k[id].fn)
@@ -197,19 +229,18 @@ GemmKernel pick_gemm(Isa isa, GgmlType wt) {
     return q8_gemm_scalar_table()->k[id];
 }
 
-int q8_gemm_min_rows() {
+int q8_gemm_min_rows(GgmlType wt) {
     // QINFER_CPU_GEMM_MIN_ROWS overrides the crossover (measurements only).
-    static const int v = [] {
-        if (const char* env = std::getenv("QINFER_CPU_GEMM_MIN_ROWS")) {
-            const int n = std::atoi(env);
-            if (n > 0) return n;
-        }
-        // quant_bench BM_MatmulSmallT (Q4_K / Q6_K, K 2560, N 9216, AVX2, 1
-        // thread): the tile kernels are ~1.7x faster per row but repacking
-        // costs about 18 rows of work; they break even near T = 32.
-        return 32;
+    static const int forced = [] {
+        const char* env = std::getenv("QINFER_CPU_GEMM_MIN_ROWS");
+        return env ? std::max(0, std::atoi(env)) : 0;
     }();
-    return v;
+    if (forced > 0) return forced;
+    // quant_bench BM_MatmulSmallT (K 2560, N 9216, AVX2, 1 thread): repacking
+    // costs about 4 activation rows of Q4_K work (~1.7 ms for 9216 rows) and
+    // ~10 of Q6_K (whose kernel gains less: 16-value scale groups). Q4_K breaks
+    // even below 16 rows, Q6_K between 16 and 32; Q2_K/Q3_K not measured.
+    return wt == GgmlType::Q4_K || wt == GgmlType::Q5_K ? 16 : 32;
 }
 
 }  // namespace qinfer::kernels

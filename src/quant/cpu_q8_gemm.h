@@ -46,13 +46,21 @@ size_t q8_panel_bytes(GgmlType wt, int64_t K, int nr);
 // n..nr-1 are zero (their outputs are computed and dropped).
 void q8_pack_panel(GgmlType wt, const uint8_t* W, size_t row_bytes, int n, int nr, int64_t K, uint8_t* panel);
 
+// Only the scale part of every super-block (sc, mn, dA, dB): the SIMD packers
+// interleave the quants themselves.
+void q8_pack_scales(GgmlType wt, const uint8_t* W, size_t row_bytes, int n, int nr, int64_t K, uint8_t* panel);
+
 // y[r * ldy + j] = dot(panel row j, Q8_K activation row r) for r < R, j < n.
 // Activation row r starts at act + r * act_stride. 1 <= R <= mr, n <= nr.
 using GemmFn = void (*)(int64_t K, const uint8_t* panel, const uint8_t* act, size_t act_stride, int R, float* y,
                         int64_t ldy, int n);
 
+// A faster q8_pack_panel for one type and panel width.
+using PackFn = void (*)(const uint8_t* W, size_t row_bytes, int n, int64_t K, uint8_t* panel);
+
 struct GemmKernel {
     GemmFn fn = nullptr;
+    PackFn pack = nullptr;  // nullptr: q8_pack_panel
     int nr = 0;  // weight rows per panel (= SIMD lanes of int32)
     int mr = 0;  // most activation rows per call
 };
@@ -72,6 +80,6 @@ GemmKernel pick_gemm(Isa isa, GgmlType wt);
 
 // Prompts shorter than this use the dot kernels: repacking the weights costs
 // about as much as a few activation rows of work.
-int q8_gemm_min_rows();
+int q8_gemm_min_rows(GgmlType wt);
 
 }  // namespace qinfer::kernels

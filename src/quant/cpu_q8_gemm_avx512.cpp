@@ -20,6 +20,7 @@
 
 #include "quant/blocks.h"
 #include "quant/cpu_q8_gemm.h"
+#include "quant/cpu_x86_pack.h"
 
 namespace qinfer::kernels {
 
@@ -90,8 +91,11 @@ void gemm(int64_t K, const uint8_t* panel, const uint8_t* act, size_t as, int R,
 
 GemmTable make_table() {
     GemmTable t;
-    for (GgmlType ty : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q6_K}) t.k[int(ty)] = {gemm<16>, 16, 8};
-    for (GgmlType ty : {GgmlType::Q4_K, GgmlType::Q5_K}) t.k[int(ty)] = {gemm<32>, 16, 8};
+    t.k[int(GgmlType::Q2_K)] = {gemm<16>, pack_x86<block_q2_K, 16>, 16, 8};
+    t.k[int(GgmlType::Q3_K)] = {gemm<16>, pack_x86<block_q3_K, 16>, 16, 8};
+    t.k[int(GgmlType::Q4_K)] = {gemm<32>, pack_x86<block_q4_K, 16>, 16, 8};
+    t.k[int(GgmlType::Q5_K)] = {gemm<32>, pack_x86<block_q5_K, 16>, 16, 8};
+    t.k[int(GgmlType::Q6_K)] = {gemm<16>, pack_x86<block_q6_K, 16>, 16, 8};
     return t;
 }
 
