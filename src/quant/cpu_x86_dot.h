@@ -24,14 +24,27 @@ inline const uint8_t* act_row(const void* a, size_t a_stride, int r) {
 
 // ---- K-quants x Q8_K --------------------------------------------------------
 
+// Lanes 0-1: the sum of a's lanes; lanes 2-3: the sum of b's (shuffles and
+// adds: cheaper than hadd on most cores).
+inline __m128i hsum2_epi32(__m256i a, __m256i b) {
+    const __m256i t = _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+    const __m128i q = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));  // a a b b (partial)
+    return _mm_add_epi32(q, _mm_shuffle_epi32(q, 0xB1));
+}
+
 template <class Ops, class B, int R>
 void dot_kquant_r(int64_t K, const void* w, const void* a, size_t a_stride, float* out, int64_t os) {
     using Dec = typename KDecoder<B>::type;
     const B* wb = static_cast<const B*>(w);
     const block_q8_K* ab[R];
     for (int r = 0; r < R; ++r) ab[r] = reinterpret_cast<const block_q8_K*>(act_row(a, a_stride, r));
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    // Per super-block the integer sums are reduced to one sumi and one summ per
+    // row, then acc = acc + sumi * (d_a dA) - summ * (d_a dB) in two fused
+    // steps: exactly what the int8 tile kernels (cpu_q8_gemm_*.cpp) do per lane,
+    // so a prompt's rows give bit-identical results on either path (batch vs
+    // token-by-token; any difference would flip later activation roundings).
+    __m128 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm_setzero_ps();
     for (int64_t i = 0; i < K / QK_K; ++i) {
         const Dec d(wb[i]);
         __m256i sumi[R];
@@ -48,11 +61,12 @@ void dot_kquant_r(int64_t K, const void* w, const void* a, size_t a_stride, floa
         for (int r = 0; r < R; ++r) {
             const block_q8_K& y = ab[r][i];
             const __m256i mins = _mm256_madd_epi16(d.mn, load32(y.bsums));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * d.dA), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(y.d * d.dB), _mm256_cvtepi32_ps(mins), acc[r]);
+            const __m128 f = _mm_cvtepi32_ps(hsum2_epi32(sumi[r], mins));  // sumi, sumi, summ, summ
+            acc[r] = _mm_fmadd_ss(f, _mm_set_ss(d.dA * y.d), acc[r]);
+            acc[r] = _mm_fnmadd_ss(_mm_movehl_ps(f, f), _mm_set_ss(d.dB * y.d), acc[r]);
         }
     }
-    for (int r = 0; r < R; ++r) out[r * os] = hsum_ps(acc[r]);
+    for (int r = 0; r < R; ++r) out[r * os] = _mm_cvtss_f32(acc[r]);
 }
 
 // ---- legacy blocks ------------------------------------------------------------
