@@ -13,8 +13,10 @@ echo "== batched decode: tg32 x B"
 timeout 300 "$Q" bench -m "$f" -ngl all -p 0 -n 32 -np 1,8,32,64 -r 2 2>&1 | grep -E "tg32"
 profile() {  # label bench-args...
   local label=$1; shift
-  QINFER_CUDA_PROFILE=1 timeout 120 "$Q" bench -m "$f" -ngl all -r 1 "$@" > "$OUT/profile-$label.txt" 2>&1
-  echo "== profile $label ($*): top ops"
+  local t0=$(date +%s)
+  QINFER_CUDA_PROFILE=1 timeout 60 "$Q" bench -m "$f" -ngl all -r 1 "$@" > "$OUT/profile-$label.txt" 2>&1
+  echo "== profile $label ($*): rc=$? in $(( $(date +%s) - t0 )) s; top ops"
+  grep -q "profile (GPU time per op" "$OUT/profile-$label.txt" || { tail -5 "$OUT/profile-$label.txt"; return; }
   sed -n '/profile (GPU time per op/,$p' "$OUT/profile-$label.txt" | head -22
 }
 profile tg1 -p 0 -n 16

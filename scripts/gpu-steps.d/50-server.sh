@@ -22,14 +22,18 @@ PY
   done
   return 1
 }
-# ~512-token prompts (distinct per line so the prompt cache cannot serve them).
+# ~512-token prompts (distinct per line so the prompt cache cannot serve them;
+# the 4B preset's tokenizer made ~2,000 tokens of 500 words, so 125 words; measured below).
 python3 - > "$OUT/p512.txt" <<'PY'
 import random
 words = "the of and to in a is that for it as was with be by on not he this are or his from at which but have an they you were her she there been one all we their has would when".split()
 for i in range(64):
     r = random.Random(i)
-    print(f"Request {i}: " + " ".join(r.choice(words) for _ in range(500)))
+    print(f"Request {i}: " + " ".join(r.choice(words) for _ in range(125)))
 PY
+# The random-weight model's tokenizer splits these words finer than a trained
+# one would: report what a prompt really is.
+echo "prompt tokens (first line): $(head -1 "$OUT/p512.txt" | "$Q" tokenize -m "$f" --file - --ids-only --raw-lines 2>/dev/null | tr ',' ' ' | wc -w)"
 port=18080
 "$Q" serve -m "$f" -ngl all -np 64 -c 4096 --port $port > "$OUT/serve.log" 2>&1 &
 pid=$!

@@ -853,9 +853,10 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
         if (op.payload >= 0) {
             const Payload& p = payloads_[size_t(op.payload)];
             const void* src = pinned ? (*pinned)[size_t(op.payload)] : p.data.data();
-            before("upload (write)");
+            // A copy from pageable memory returns only once it ran: never queue
+            // it behind a held stream (untimed).
+            if (prof && held) release();
             QINFER_CUDA_CHECK(cudaMemcpyAsync(p.dst, src, p.data.size(), cudaMemcpyHostToDevice, stream_));
-            after();
             ++i;
             continue;
         }

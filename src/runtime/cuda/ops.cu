@@ -168,8 +168,16 @@ void rope_neox(Rows x, const int32_t* pos, int n_rot, float base, float freq_sca
 }
 
 namespace {
+// At most ~50 ms: should a host call block on this stream while it is held,
+// the profile loses accuracy instead of the process hanging.
 __global__ void hold_kernel(const volatile int* flag, int value) {
-    while (*flag < value) __nanosleep(1000);
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while (*flag < value) {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > 50000000ull) break;
+    }
 }
 }  // namespace
 
