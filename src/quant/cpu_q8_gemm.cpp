@@ -64,8 +64,6 @@ void decode_scales_q45(const B& b, KBlock& k) {
     k.dA = fp16_to_fp32(b.d);
     k.dB = fp16_to_fp32(b.dmin);
 }
-void decode_scales(const block_q4_K& b, KBlock& k) { decode_scales_q45(b, k); }
-void decode_scales(const block_q5_K& b, KBlock& k) { decode_scales_q45(b, k); }
 
 template <class B>
 void decode_q45(const B& b, KBlock& k, const uint8_t* qh) {
@@ -104,9 +102,7 @@ void decode(const block_q6_K& b, KBlock& k) {
     decode_scales(b, k);
 }
 
-// Quants too, or (SIMD packers, which interleave the quants themselves) only
-// the scale part of each super-block.
-template <class B, bool Quants>
+template <class B>
 void pack(const uint8_t* W, size_t rb, int n, int nr, int64_t K, int S, uint8_t* panel) {
     const int ng = QK_K / S;
     const size_t sbb = q8_superblock_bytes(S, nr);
@@ -118,15 +114,12 @@ void pack(const uint8_t* W, size_t rb, int n, int nr, int64_t K, int S, uint8_t*
         float* dA = reinterpret_cast<float*>(mn + 8 * nr);
         float* dB = dA + nr;
         for (int j = 0; j < nr; ++j) {
-            if (j >= n) {
-                std::memset(&k, 0, sizeof k);
-            } else if (Quants) {
+            if (j < n) {
                 decode(reinterpret_cast<const B*>(W + size_t(j) * rb)[i], k);
             } else {
-                decode_scales(reinterpret_cast<const B*>(W + size_t(j) * rb)[i], k);
+                std::memset(&k, 0, sizeof k);
             }
-            if (Quants)
-                for (int s = 0; s < QK_K / 4; ++s) std::memcpy(q + (size_t(s) * nr + j) * 4, k.u + 4 * s, 4);
+            for (int s = 0; s < QK_K / 4; ++s) std::memcpy(q + (size_t(s) * nr + j) * 4, k.u + 4 * s, 4);
             for (int g = 0; g < ng; ++g) sc[g * nr + j] = k.sc[g * (S / 16)];
             for (int p = 0; p < 8; ++p)
                 mn[p * nr + j] = int32_t(uint32_t(uint16_t(k.mn[2 * p])) | (uint32_t(uint16_t(k.mn[2 * p + 1])) << 16));
@@ -192,25 +185,16 @@ size_t q8_panel_bytes(GgmlType wt, int64_t K, int nr) {
     return size_t(K / QK_K) * q8_superblock_bytes(q8_group_size(wt), nr);
 }
 
-template <bool Quants>
-void pack_type(GgmlType wt, const uint8_t* W, size_t rb, int n, int nr, int64_t K, uint8_t* panel) {
+void q8_pack_panel(GgmlType wt, const uint8_t* W, size_t rb, int n, int nr, int64_t K, uint8_t* panel) {
     const int S = q8_group_size(wt);
     switch (wt) {
-        case GgmlType::Q2_K: pack<block_q2_K, Quants>(W, rb, n, nr, K, S, panel); break;
-        case GgmlType::Q3_K: pack<block_q3_K, Quants>(W, rb, n, nr, K, S, panel); break;
-        case GgmlType::Q4_K: pack<block_q4_K, Quants>(W, rb, n, nr, K, S, panel); break;
-        case GgmlType::Q5_K: pack<block_q5_K, Quants>(W, rb, n, nr, K, S, panel); break;
-        case GgmlType::Q6_K: pack<block_q6_K, Quants>(W, rb, n, nr, K, S, panel); break;
+        case GgmlType::Q2_K: pack<block_q2_K>(W, rb, n, nr, K, S, panel); break;
+        case GgmlType::Q3_K: pack<block_q3_K>(W, rb, n, nr, K, S, panel); break;
+        case GgmlType::Q4_K: pack<block_q4_K>(W, rb, n, nr, K, S, panel); break;
+        case GgmlType::Q5_K: pack<block_q5_K>(W, rb, n, nr, K, S, panel); break;
+        case GgmlType::Q6_K: pack<block_q6_K>(W, rb, n, nr, K, S, panel); break;
         default: break;
     }
-}
-
-void q8_pack_panel(GgmlType wt, const uint8_t* W, size_t rb, int n, int nr, int64_t K, uint8_t* panel) {
-    pack_type<true>(wt, W, rb, n, nr, K, panel);
-}
-
-void q8_pack_scales(GgmlType wt, const uint8_t* W, size_t rb, int n, int nr, int64_t K, uint8_t* panel) {
-    pack_type<false>(wt, W, rb, n, nr, K, panel);
 }
 
 const GemmTable* q8_gemm_scalar_table() {

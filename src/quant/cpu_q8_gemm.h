@@ -46,10 +46,6 @@ size_t q8_panel_bytes(GgmlType wt, int64_t K, int nr);
 // n..nr-1 are zero (their outputs are computed and dropped).
 void q8_pack_panel(GgmlType wt, const uint8_t* W, size_t row_bytes, int n, int nr, int64_t K, uint8_t* panel);
 
-// Only the scale part of every super-block (sc, mn, dA, dB): the SIMD packers
-// interleave the quants themselves.
-void q8_pack_scales(GgmlType wt, const uint8_t* W, size_t row_bytes, int n, int nr, int64_t K, uint8_t* panel);
-
 // y[r * ldy + j] = dot(panel row j, Q8_K activation row r) for r < R, j < n.
 // Activation row r starts at act + r * act_stride. 1 <= R <= mr, n <= nr.
 using GemmFn = void (*)(int64_t K, const uint8_t* panel, const uint8_t* act, size_t act_stride, int R, float* y,
