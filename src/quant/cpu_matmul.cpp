@@ -1,10 +1,14 @@
 // cpu_matmul driver: validates shapes, quantizes the activations once per call
 // (once per group of matrices sharing an input), splits the output rows (and,
 // for long prompts, the activation rows) into tasks for one parallel region,
-// and calls the dot-product kernel of the best ISA level the CPU supports. Tiling: a task owns a chunk of weight rows and a
-// block of activation rows; it walks the activation rows in tiles of kMaxTile
-// so each weight block is unpacked once per tile and the chunk's weights stay
-// in L2 while the tiles pass over them.
+// and calls the kernels of the best ISA level the CPU supports. Dot kernels
+// (decode, short prompts, types without a tile kernel): a task owns a chunk of
+// weight rows and a block of activation rows; it walks the activation rows in
+// tiles of kMaxTile so each weight block is unpacked once per tile and the
+// chunk's weights stay in L2 while the tiles pass over them. Int8 tile kernels
+// (K-quants, from q8_gemm_min_rows() rows; cpu_q8_gemm.h): a task repacks its
+// chunk of weight rows into panels once and passes all its activation rows
+// over them.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
