@@ -245,9 +245,10 @@ void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, 
         const MatmulJob& jb = jobs[j];
         plans[j].dot = check_job(isa, jb, K, T);
         plans[j].gemm = {};
-        const bool tile = path == TilePath::Gemm ||
-                          (path == TilePath::Auto && isa >= Isa::Avx2 && T >= q8_gemm_min_rows(jb.wt));
-        if (tile && (T > 1 || path == TilePath::Gemm)) plans[j].gemm = pick_gemm(isa, jb.wt);
+        // Decode (T = 1) never repacks: the dot kernels stream each weight once.
+        const bool tile = path == TilePath::Gemm || (path == TilePath::Auto && isa >= Isa::Avx2 && T > 1 &&
+                                                     T >= q8_gemm_min_rows(jb.wt));
+        if (tile) plans[j].gemm = pick_gemm(isa, jb.wt);
         need[int(act_format(jb.wt))] = true;
         work += double(jb.N) * double(K) * double(T);
     }
