@@ -190,8 +190,9 @@ TEST_P(CudaMatmul, MatchesF64ProductOfTheSameQuantizedOperands) {
         std::vector<float> wd(static_cast<size_t>(N * K));
         for (int64_t n = 0; n < N; ++n) dequantize_row(wt, &wq[rb * size_t(n)], &wd[size_t(n * K)], K);
         const Tensor w = upload(*be, wt, K, N, wq, "w");
-        // T > 8 runs the tensor-core kernels: the f16 one (default for K-quants) and the int8 one
-        for (int64_t T : {1, 2, 3, 5, 8, 13, 40, -13, -40}) {
+        // T > 8 runs the tensor-core kernels (the f16 one, default for Q4_K / Q5_K,
+        // and the int8 one), except for N < 128 up to T = 64 (matvec token chunks)
+        for (int64_t T : {1, 2, 3, 5, 8, 13, 40, 80, -13, -40, -80}) {
             const bool int8_mma = T < 0;
             T = std::abs(T);
             if (int8_mma) set_env("QINFER_CUDA_MMA", "int8");

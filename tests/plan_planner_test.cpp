@@ -167,7 +167,7 @@ TEST(PlanPlanner, ScratchFollowsLayerBuffers) {
     EXPECT_EQ(q35.scratch_attention_bytes, (8192u + 4096 + 2048 + 4096) * 4 * 100);
     EXPECT_EQ(q35.scratch_deltanet_bytes, (16384u + 12288 + 64) * 4 * 100);
     // Head: [E + V, 32] f32.
-    EXPECT_EQ(q35.head_buffer_bytes, (2560u + 248320) * 32 * 4);
+    EXPECT_EQ(q35.head_buffer_bytes, (2560u + 248320) * 64 * 4);
 }
 
 TEST(PlanPlanner, RecommendsAllLayersOnCommonCards) {

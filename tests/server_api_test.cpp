@@ -102,6 +102,7 @@ protected:
         o.queue_size = 16;
         o.max_body_bytes = 64 << 10;
         o.checkpoint_interval = 0;
+        o.parallel_sample_rows = 2;  // batches of 2+ sample on several threads (the default is 8)
         server_ = new server::Server(o);
         port_ = server_->start();
         EngineOptions eo = o.engine;
@@ -260,7 +261,8 @@ TEST_F(ServerTest, SeedMakesSamplingReproducible) {
 }
 
 TEST_F(ServerTest, ConcurrentRequestsMatchSequential) {
-    // Different prompts at once (continuous batching) give what each gives alone.
+    // Different prompts at once (continuous batching, sampled on several
+    // threads) give what each gives alone.
     const int n = 6;
     std::vector<json> bodies;
     std::vector<std::vector<int32_t>> alone(n), together(n);

@@ -28,7 +28,11 @@ const ArchDef& arch_def(Arch a) {
 
 namespace {
 
-constexpr int64_t kHeadChunk = 32;  // LM-head rows per matmul: bounds the logits buffer
+// LM-head rows per matmul: bounds the logits buffer ([V, 64] f32, 64 MiB at
+// V = 248k). A forward pass that wants more rows runs without a step graph
+// (it reads logits back between chunks), so this also sets the largest decode
+// batch (-np) that replays as one graph.
+constexpr int64_t kHeadChunk = 64;
 
 class TransformerModel final : public Model {
 public:

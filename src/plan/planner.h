@@ -39,7 +39,7 @@ inline bool head_on_gpu(int64_t n_layer, int64_t gpu_layers) { return gpu_layers
 struct ComputeModel {
     // LM-head rows per matmul (model.cpp kHeadChunk): the head's input and
     // logits buffers on its device are [E + n_vocab, head_chunk_rows] f32.
-    int64_t head_chunk_rows = 32;
+    int64_t head_chunk_rows = 64;
     // Rows of logits returned to the caller by one forward call (the host
     // vector). -1: n_slots, one per sequence, as generation asks; `qinfer
     // logits` asks for every token (n_batch).

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "engine/sequence.h"
 #include "model/model.h"
 #include "qinfer/engine.h"
@@ -64,6 +65,7 @@ struct SchedulerOptions {
     int queue_size = 64;             // jobs waiting for a slot; more are refused
     uint64_t cache_bytes = 4ull << 30;  // prompt-cache budget (host memory)
     int checkpoint_interval = 4096;  // also checkpoint every this many prompt tokens (0 = off)
+    int parallel_sample_rows = 8;    // batches sampling at least this many rows use several threads
 };
 
 class Scheduler {
@@ -115,6 +117,7 @@ private:
     uint64_t use_clock_ = 0;
     Batch batch_;
     std::vector<float> logits_;
+    std::unique_ptr<ThreadPool> sample_pool_;  // -np >= 8 only
 
     std::mutex mu_;
     std::condition_variable cv_;

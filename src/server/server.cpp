@@ -117,6 +117,7 @@ void Server::load() {
     so.queue_size = opt_.queue_size;
     so.cache_bytes = opt_.cache_bytes;
     so.checkpoint_interval = opt_.checkpoint_interval;
+    so.parallel_sample_rows = opt_.parallel_sample_rows;
     scheduler_ = std::make_unique<Scheduler>(*engine_, so, metrics_);
     ready_ = true;
 }

@@ -42,6 +42,7 @@ struct ServerOptions {
     int queue_size = 64;
     uint64_t cache_bytes = 1ull << 30;
     int checkpoint_interval = 4096;
+    int parallel_sample_rows = 8;  // batches sampling this many rows use several threads
     int http_threads = 0;             // 0 = enough for every slot and queued request
     std::chrono::milliseconds shutdown_grace{10000};
 };
