@@ -240,6 +240,9 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaMatmul,
                          ::testing::Values(MatmulCase{GgmlType::Q4_0, 128}, MatmulCase{GgmlType::Q4_1, 96},
                                            MatmulCase{GgmlType::Q5_0, 128}, MatmulCase{GgmlType::Q5_1, 160},
                                            MatmulCase{GgmlType::Q8_0, 288}, MatmulCase{GgmlType::Q4_K, 512},
+                                           // 88 units per row: the pipelined decode loop's several steps and
+                                           // its ragged last one (lanes 0-23)
+                                           MatmulCase{GgmlType::Q4_K, 2816},
                                            MatmulCase{GgmlType::Q5_K, 256}, MatmulCase{GgmlType::Q6_K, 768},
                                            MatmulCase{GgmlType::F16, 136}, MatmulCase{GgmlType::BF16, 264},
                                            MatmulCase{GgmlType::F32, 100}),

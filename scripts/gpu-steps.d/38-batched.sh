@@ -4,11 +4,24 @@
 # decode at batch 1 and 64 and for a 512-token prompt.
 #   bash 38-batched.sh BUILD_DIR REF_DIR OUT_DIR
 set -uo pipefail
-BUILD=$1; OUT=$3
+BUILD=$1; OUT=$3; REF=$2
 Q="$BUILD/qinfer"
 M="${QINFER_BENCH_MODELS:-/tmp/qinfer-models}"
 f="$M/qwen35-4b-q4_k_m.gguf"
 [ -f "$f" ] || { echo "no $f (05-models generates it): SKIP"; exit 0; }
+echo "== Q4_K decode matvec: pipelined (default) vs plain unit loop (QINFER_CUDA_MATVEC=v1)"
+for v in default v1; do
+  if [ $v = v1 ]; then export QINFER_CUDA_MATVEC=v1; else unset QINFER_CUDA_MATVEC; fi
+  timeout 120 "$Q" bench -m "$f" -ngl all -p 0 -n 128 -r 3 2>&1 | grep -E "tg128" | sed "s/^/$v /"
+  js="$REF/tiny-qwen35.q4_k_m.s7.json"
+  if [ -f "$js" ]; then
+    ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['ids'])))" "$js")
+    "$Q" logits -m "$REF/tiny-qwen35.q4_k_m.gguf" --ids "$ids" -o "$OUT/mv-$v.bin" -ngl 99 > /dev/null 2>&1
+  fi
+done
+unset QINFER_CUDA_MATVEC
+cmp -s "$OUT/mv-default.bin" "$OUT/mv-v1.bin" && echo "tiny-qwen35.q4_k_m logits: pipelined == plain, bit for bit" \
+  || echo "tiny-qwen35.q4_k_m logits: pipelined and plain DIFFER"
 echo "== batched decode: tg32 x B"
 timeout 300 "$Q" bench -m "$f" -ngl all -p 0 -n 32 -np 1,8,32,64 -r 2 2>&1 | grep -E "tg32"
 profile() {  # label bench-args...

@@ -2,11 +2,22 @@
 // output row, lanes striding over 16-byte units of the row, so a warp reads
 // its row's bytes once, fully coalesced, for up to 8 tokens at a time.
 // Also the row gather of the embedding and the f16 dequantization.
+#include <cstdlib>
+#include <cstring>
+
 #include "common/error.h"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/quant_dot.cuh"
 
 namespace qinfer::cuda {
+
+bool q4k_pipelined() {
+    static const bool on = [] {
+        const char* v = std::getenv("QINFER_CUDA_MATVEC");
+        return !(v && std::strcmp(v, "v1") == 0);
+    }();
+    return on;
+}
 
 namespace {
 
@@ -21,7 +32,7 @@ WArgs wargs(const DeviceWeight& w) {
     return a;
 }
 
-template <GgmlType TY, int NT>
+template <GgmlType TY, int NT, bool PIPE = false>
 __global__ void __launch_bounds__(MMV_WARPS * WARP)
 mmv_q_kernel(WArgs w, ActQ A, int64_t N, int T, float* __restrict__ y, int64_t ldy, const float* __restrict__ bias) {
     using Q = QDot<TY>;
@@ -35,11 +46,15 @@ mmv_q_kernel(WArgs w, ActQ A, int64_t N, int T, float* __restrict__ y, int64_t l
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-    const int64_t units = w.bpr * Q::UPB;
-    const int64_t blk0 = row * w.bpr;
-    for (int64_t u = lane; u < units; u += WARP) {
-        const int64_t jb = u / Q::UPB;
-        Q::template dot<NT>(w, blk0 + jb, jb, int(u % Q::UPB), A, tk, acc);
+    if constexpr (PIPE && TY == GgmlType::Q4_K && NT == 1) {
+        acc[0] = q4k_row_lane(w, row, A, tk[0], lane);
+    } else {
+        const int64_t units = w.bpr * Q::UPB;
+        const int64_t blk0 = row * w.bpr;
+        for (int64_t u = lane; u < units; u += WARP) {
+            const int64_t jb = u / Q::UPB;
+            Q::template dot<NT>(w, blk0 + jb, jb, int(u % Q::UPB), A, tk, acc);
+        }
     }
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = warp_sum(acc[t]);
@@ -132,6 +147,12 @@ template <GgmlType TY, int NT>
 void launch_q(const DeviceWeight& w, const ActQ& a, int64_t T, float* y, int64_t ldy, const float* bias,
               cudaStream_t s) {
     const dim3 grid(ceil_div(w.N, MMV_WARPS), ceil_div(T, NT));
+    if constexpr (TY == GgmlType::Q4_K && NT == 1) {
+        if (q4k_pipelined()) {
+            mmv_q_kernel<TY, NT, true><<<grid, MMV_WARPS * WARP, 0, s>>>(wargs(w), a, w.N, int(T), y, ldy, bias);
+            return;
+        }
+    }
     mmv_q_kernel<TY, NT><<<grid, MMV_WARPS * WARP, 0, s>>>(wargs(w), a, w.N, int(T), y, ldy, bias);
 }
 
@@ -228,7 +249,7 @@ __device__ __forceinline__ void mv_rows(const MvJobDev& j, const ActQ& A, int64_
     }
 }
 
-template <int NT>
+template <int NT, bool PIPE = false>
 __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, ActQ A, int T) {
     int ji = 0;
 #pragma unroll
@@ -247,7 +268,10 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
         case GgmlType::Q5_0: mv_rows<GgmlType::Q5_0, NT>(j, A, row, T, lane, acc); break;
         case GgmlType::Q5_1: mv_rows<GgmlType::Q5_1, NT>(j, A, row, T, lane, acc); break;
         case GgmlType::Q8_0: mv_rows<GgmlType::Q8_0, NT>(j, A, row, T, lane, acc); break;
-        case GgmlType::Q4_K: mv_rows<GgmlType::Q4_K, NT>(j, A, row, T, lane, acc); break;
+        case GgmlType::Q4_K:
+            if constexpr (PIPE && NT == 1) acc[0] = q4k_row_lane(j.w, row, A, 0, lane);
+            else mv_rows<GgmlType::Q4_K, NT>(j, A, row, T, lane, acc);
+            break;
         case GgmlType::Q5_K: mv_rows<GgmlType::Q5_K, NT>(j, A, row, T, lane, acc); break;
         default: mv_rows<GgmlType::Q6_K, NT>(j, A, row, T, lane, acc); break;
     }
@@ -302,7 +326,10 @@ void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_
     }
     const dim3 grid(static_cast<unsigned>(blocks));
     switch (T) {
-        case 1: mmv_multi_kernel<1><<<grid, MMV_WARPS * WARP, 0, s>>>(b, act, int(T)); break;
+        case 1:
+            if (q4k_pipelined()) mmv_multi_kernel<1, true><<<grid, MMV_WARPS * WARP, 0, s>>>(b, act, int(T));
+            else mmv_multi_kernel<1><<<grid, MMV_WARPS * WARP, 0, s>>>(b, act, int(T));
+            break;
         case 2: mmv_multi_kernel<2><<<grid, MMV_WARPS * WARP, 0, s>>>(b, act, int(T)); break;
         case 3: case 4: mmv_multi_kernel<4><<<grid, MMV_WARPS * WARP, 0, s>>>(b, act, int(T)); break;
         default: mmv_multi_kernel<8><<<grid, MMV_WARPS * WARP, 0, s>>>(b, act, int(T)); break;
