@@ -62,13 +62,17 @@ say "ctest: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
 grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/ctest.log" | head -30 | tee -a "$SUMMARY"
 fi
 
-# Further steps (CUDA vs CPU logits, benchmarks) are added by scripts/gpu-steps.d/*.sh
-for s in scripts/gpu-steps.d/*.sh; do
-  [ -f "$s" ] || continue
-  if [ -n "${QINFER_GPU_STEPS:-}" ]; then
-    n=$(basename "$s"); n=${n%%-*}
-    case " $QINFER_GPU_STEPS " in *" $n "*) ;; *) continue ;; esac
-  fi
+# Further steps (CUDA vs CPU logits, benchmarks) are added by scripts/gpu-steps.d/*.sh,
+# run in the order QINFER_GPU_STEPS names them (default: all, by number).
+steps=()
+if [ -n "${QINFER_GPU_STEPS:-}" ]; then
+  for n in $QINFER_GPU_STEPS; do
+    for s in scripts/gpu-steps.d/"$n"-*.sh; do [ -f "$s" ] && steps+=("$s"); done
+  done
+else
+  for s in scripts/gpu-steps.d/*.sh; do [ -f "$s" ] && steps+=("$s"); done
+fi
+for s in "${steps[@]}"; do
   step "$s"; bash "$s" build-gpu "$REF" "$OUT" 2>&1 | tee -a "$LOG" | tail -40 >> "$SUMMARY"
 done
 echo; echo "==== summary"; cat "$SUMMARY"

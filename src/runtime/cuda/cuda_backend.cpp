@@ -541,7 +541,7 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
         sig(uint32_t(2), dw.data, dw.K, dw.N, uint32_t(dw.type), xp, T, yp, ldy, b, act.qs, act.half, use_mma);
         if (profile_)
             next_label_ = strfmt("matmul %s %lldx%lld T=%lld %s", type_name(w.type), (long long)K, (long long)N,
-                                 (long long)T, use_mma ? "mma" : "vec");
+                                 (long long)T, use_mma && cuda::mma_applies(N, T) ? "mma" : "vec");
         enqueue([=, s = stream_] {
             if (!use_mma || !cuda::matmul_mma(dw, act, T, yp, ldy, b, s)) cuda::matmul_vec(dw, act, T, yp, ldy, b, s);
         });

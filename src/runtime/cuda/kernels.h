@@ -77,6 +77,8 @@ bool matvec_multi_supports(GgmlType t);
 // types it does not cover. Returns false when it did not handle the case.
 // K-quants default to the f16-tensor-core kernel (exact integer products, see
 // mma_f16.cu); QINFER_CUDA_MMA=int8 selects the int8 one, =0 the matvec path.
+// Whether matmul_mma takes an N-row product of T tokens (else the caller's matvec path).
+bool mma_applies(int64_t N, int64_t T);
 bool matmul_mma(const DeviceWeight& w, const ActQ& act, int64_t T, float* y, int64_t ldy, const float* bias,
                 cudaStream_t s);
 bool matmul_hmma(const DeviceWeight& w, const ActQ& act, int64_t T, float* y, int64_t ldy, const float* bias,

@@ -399,16 +399,19 @@ void launch(const DeviceWeight& w, const ActQ& a, int64_t T, float* y, int64_t l
 
 }  // namespace
 
-constexpr int64_t kMmaMinRows = 128;
-
-bool matmul_mma(const DeviceWeight& w, const ActQ& a, int64_t T, float* y, int64_t ldy, const float* bias,
-                cudaStream_t s) {
+bool mma_applies(int64_t N, int64_t T) {
     const char* env = std::getenv("QINFER_CUDA_MMA");  // "0": matvec path for prefill too; "int8": no f16 kernel
     if ((env && env[0] == '0') || T <= 8) return false;
     // A few output rows (Qwen3.5's ssm_alpha / ssm_beta: N = 32) make one
     // block of tiles that walks all of K alone: 44 us at T = 64 on an H200,
-    // where the matvec kernel's token chunks spread over more blocks.
-    if (w.N < kMmaMinRows && T <= 64) return false;
+    // 12 us on the matvec kernel, whose token chunks spread over more blocks.
+    return !(N < 128 && T <= 64);
+}
+
+bool matmul_mma(const DeviceWeight& w, const ActQ& a, int64_t T, float* y, int64_t ldy, const float* bias,
+                cudaStream_t s) {
+    if (!mma_applies(w.N, T)) return false;
+    const char* env = std::getenv("QINFER_CUDA_MMA");
     const bool int8_only = env && std::strcmp(env, "int8") == 0;
     if (!int8_only && matmul_hmma(w, a, T, y, ldy, bias, s)) return true;
     switch (w.type) {
