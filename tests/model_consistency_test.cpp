@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "common/error.h"
 #include "common/thread_pool.h"
 #include "model/model.h"
 #include "runtime/backend.h"
@@ -29,7 +30,7 @@ ModelOptions options(int threads = 1) {
     ModelOptions opt;
     opt.n_ctx = 64;
     opt.n_batch = 32;
-    opt.n_slots = 2;
+    opt.n_slots = 3;
     opt.n_threads = threads;
     opt.kv_type = GgmlType::F32;
     return opt;
@@ -171,10 +172,11 @@ TEST_P(Consistency, SplitAcrossTwoBackendsEqualsOne) {
 TEST_P(Consistency, SnapshotRestoresExactState) {
     auto m = Model::load(model_path(GetParam()), options());
     const std::vector<float> prefix = run(*m, kPrompt, 0, 10, 0);
-    const StateStore::Snapshot snap = m->save_slot(0);
-    EXPECT_EQ(snap.length, 10);
+    const std::shared_ptr<const StateStore::Snapshot> snap = m->save_slot(0);
+    EXPECT_EQ(snap->length, 10);
+    EXPECT_EQ(snap->first, 0);
     const std::vector<float> want = run(*m, kPrompt, 10, 6, 0);
-    m->restore_slot(1, snap);
+    m->restore_slot(1, *snap);
     EXPECT_EQ(m->slot_length(1), 10);
     const std::vector<float> got = run(*m, kPrompt, 10, 6, 1);
     EXPECT_EQ(max_diff(got, want), 0.0);
@@ -182,6 +184,50 @@ TEST_P(Consistency, SnapshotRestoresExactState) {
     m->clear_slot(1);
     EXPECT_EQ(m->slot_length(1), 0);
     EXPECT_EQ(max_diff(run(*m, kPrompt, 0, 10, 1), prefix), 0.0);
+}
+
+TEST_P(Consistency, ChainedSnapshotAndKeptRowsRestoreExactState) {
+    auto m = Model::load(model_path(GetParam()), options());
+    run(*m, kPrompt, 0, 6, 0);
+    const std::shared_ptr<const StateStore::Snapshot> a = m->save_slot(0);
+    run(*m, kPrompt, 6, 4, 0);
+    const std::shared_ptr<const StateStore::Snapshot> whole = m->save_slot(0);
+    const std::shared_ptr<const StateStore::Snapshot> b = m->save_slot(0, a);  // rows [6, 10) on top of a
+    ASSERT_EQ(b->length, 10);
+    EXPECT_EQ(b->first, 6);
+    EXPECT_EQ(b->base, a);
+    if (m->hparams().n_attention_layers() > 0) {
+        EXPECT_LT(b->bytes.size(), whole->bytes.size());
+    }
+    const std::vector<float> want = run(*m, kPrompt, 10, 6, 0);
+
+    // Into an empty slot: the chain supplies every row.
+    m->clear_slot(1);
+    m->restore_slot(1, *b);
+    EXPECT_EQ(m->slot_length(1), 10);
+    EXPECT_EQ(max_diff(run(*m, kPrompt, 10, 6, 1), want), 0.0);
+
+    // Into a slot that already holds the first 8 tokens (and has gone on with
+    // other ones): rows [0, 8) are kept, the rest and the state come from b.
+    m->clear_slot(2);
+    run(*m, kPrompt, 0, 8, 2);
+    Batch other;
+    other.add(99, 8, 2, false);
+    other.add(98, 9, 2, false);
+    other.add(97, 10, 2, false);
+    std::vector<float> unused;
+    m->forward(other, unused);
+    m->restore_slot(2, *b, 8);
+    EXPECT_EQ(m->slot_length(2), 10);
+    EXPECT_EQ(max_diff(run(*m, kPrompt, 10, 6, 2), want), 0.0);
+
+    // A piece that does not fit this model's layout is refused before anything is written.
+    auto bad = std::make_shared<StateStore::Snapshot>(*b);
+    bad->bytes.pop_back();
+    EXPECT_THROW(m->restore_slot(1, *bad), Error);
+    auto orphan = std::make_shared<StateStore::Snapshot>(*b);
+    orphan->base.reset();
+    EXPECT_THROW(m->restore_slot(1, *orphan), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, Consistency, ::testing::ValuesIn(kModels), [](const auto& info) {

@@ -11,6 +11,8 @@
 #include <regex>
 #include <thread>
 
+#include "model/hparams.h"
+#include "model/model.h"
 #include "qinfer/engine.h"
 #include "server/server.h"
 #include "testutil.h"
@@ -445,6 +447,43 @@ TEST_F(ServerTest, CheckpointRestoreGivesSameOutput) {
     ASSERT_EQ(fresh.status, 200) << fresh.raw;
     EXPECT_EQ(fresh.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     EXPECT_EQ(cached.body["choices"][0]["tokens"], fresh.body["choices"][0]["tokens"]);
+}
+
+TEST_F(ServerTest, ChainedCheckpointsGiveSameOutput) {
+    // p1 < p2 < p3, each extending the last at a special token: p2's end
+    // checkpoint is stored on top of p1's (only its own KV rows), p3 restores
+    // that chain, keeping the rows its slot already holds. Each equals an
+    // uncached run, and the cache grows by less than a whole snapshot.
+    const std::string p1 = "<|im_start|>system\nChains of checkpoints, test three.<|im_end|>\n";
+    const std::string p2 = p1 + "<|im_start|>user\nThe first question goes here, and it is long enough.<|im_end|>\n";
+    const std::string p3 = p2 + "<|im_start|>user\nA second one.<|im_end|>\n<|im_start|>assistant\n";
+    const StateSizes sz = state_sizes(engine_->model().hparams(), GgmlType::F16);
+    int n_prev = 0;
+    for (int k = 0; k < 3; k++) {
+        const std::string& p = k == 0 ? p1 : k == 1 ? p2 : p3;
+        json b = {{"prompt", p}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}, {"return_tokens", true}};
+        const double cache_before = metric(port_, "qinfer_prompt_cache_bytes");
+        Reply cached = post(port_, "/v1/completions", b);
+        ASSERT_EQ(cached.status, 200) << cached.raw;
+        EXPECT_EQ(cached.body["usage"]["prompt_tokens_details"]["cached_tokens"], n_prev);
+        const int n = cached.body["usage"]["prompt_tokens"];
+        if (k == 1) {
+            // One end-of-prompt checkpoint holding rows [n_prev, n) only.
+            const double want = double(uint64_t(n - n_prev) * sz.kv_bytes_per_token + sz.recurrent_bytes_per_seq +
+                                       uint64_t(n) * sizeof(int32_t));
+            double grew = 0;
+            for (int i = 0; i < 100 && grew != want; i++) {  // the gauge follows the step that answered
+                grew = metric(port_, "qinfer_prompt_cache_bytes") - cache_before;
+                if (grew != want) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            }
+            EXPECT_EQ(grew, want) << "a whole snapshot would be " << double(uint64_t(n) * sz.kv_bytes_per_token);
+        }
+        b["cache_prompt"] = false;
+        Reply fresh = post(port_, "/v1/completions", b);
+        ASSERT_EQ(fresh.status, 200) << fresh.raw;
+        EXPECT_EQ(cached.body["choices"][0]["tokens"], fresh.body["choices"][0]["tokens"]) << p;
+        n_prev = cached.body["usage"]["prompt_tokens"];
+    }
 }
 
 TEST_F(ServerTest, DisconnectCancelsWithinASecond) {

@@ -47,8 +47,13 @@ public:
         check_slot(slot);
         return state_->length(slot);
     }
-    StateStore::Snapshot save_slot(int slot) const override { return state_->save(slot); }
-    void restore_slot(int slot, const StateStore::Snapshot& snap) override { state_->restore(slot, snap); }
+    std::shared_ptr<const StateStore::Snapshot> save_slot(
+        int slot, std::shared_ptr<const StateStore::Snapshot> base = nullptr) const override {
+        return state_->save(slot, std::move(base));
+    }
+    void restore_slot(int slot, const StateStore::Snapshot& snap, int keep = 0) override {
+        state_->restore(slot, snap, keep);
+    }
     std::string backend_description() const override;
 
 private:

@@ -78,8 +78,11 @@ public:
     virtual int slot_length(int slot) const = 0;
     // Host copy of a slot's whole state (KV rows and DeltaNet state) and its
     // restoration into any slot: prompt-cache checkpoints, sequence forks.
-    virtual StateStore::Snapshot save_slot(int slot) const = 0;
-    virtual void restore_slot(int slot, const StateStore::Snapshot& snap) = 0;
+    // `base`: an earlier snapshot of this slot's history (see StateStore::save);
+    // `keep`: rows the slot already holds (see StateStore::restore).
+    virtual std::shared_ptr<const StateStore::Snapshot> save_slot(
+        int slot, std::shared_ptr<const StateStore::Snapshot> base = nullptr) const = 0;
+    virtual void restore_slot(int slot, const StateStore::Snapshot& snap, int keep = 0) = 0;
 
     // Short description of the placement, e.g. "CPU (8 threads)" or "CUDA 24/24 layers".
     virtual std::string backend_description() const = 0;

@@ -1,5 +1,6 @@
 #include "runtime/state.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.h"
@@ -53,27 +54,37 @@ void StateStore::clear(int slot) {
     }
 }
 
-// Snapshot layout: for each layer in order, KV: K rows then V rows [0, length);
+// Snapshot layout: for each layer in order, KV: K rows then V rows [first, length);
 // recurrent: conv state then S of the slot.
-StateStore::Snapshot StateStore::save(int slot) const {
-    if (slot < 0 || slot >= cfg_.n_slots) fail(strfmt("state: slot %d out of range", slot));
-    Snapshot s;
-    s.length = len_[size_t(slot)];
-    size_t total = 0;
+uint64_t StateStore::snapshot_bytes(int first, int length) const {
+    uint64_t total = 0;
     for (size_t il = 0; il < kv_.size(); ++il) {
-        if (kv_[il].k) total += 2 * size_t(s.length) * kv_[il].k.nb[2];
+        if (kv_[il].k) total += 2 * uint64_t(length - first) * kv_[il].k.nb[2];
         if (rs_[il].S) total += rs_[il].conv.nb[2] + rs_[il].S.nb[3];
     }
-    s.bytes.resize(total);
-    uint8_t* p = s.bytes.data();
+    return total;
+}
+
+std::shared_ptr<const StateStore::Snapshot> StateStore::save(int slot, std::shared_ptr<const Snapshot> base) const {
+    if (slot < 0 || slot >= cfg_.n_slots) fail(strfmt("state: slot %d out of range", slot));
+    auto s = std::make_shared<Snapshot>();
+    s->length = len_[size_t(slot)];
+    if (base && base->length > 0 && base->length <= s->length) {
+        s->first = base->length;
+        s->base = std::move(base);
+    }
+    s->bytes.resize(snapshot_bytes(s->first, s->length));
+    uint8_t* p = s->bytes.data();
     auto get = [&](const Tensor& t, size_t offset, size_t n) {
         if (n) t.backend->read(t, p, n, offset);
         p += n;
     };
+    const size_t rows = size_t(s->length - s->first);
     for (size_t il = 0; il < kv_.size(); ++il) {
         if (const Tensor& k = kv_[il].k; k) {
-            get(k, size_t(slot) * k.nb[3], size_t(s.length) * k.nb[2]);
-            get(kv_[il].v, size_t(slot) * k.nb[3], size_t(s.length) * k.nb[2]);
+            const size_t at = size_t(slot) * k.nb[3] + size_t(s->first) * k.nb[2];
+            get(k, at, rows * k.nb[2]);
+            get(kv_[il].v, at, rows * k.nb[2]);
         }
         if (const RecurrentState& r = rs_[il]; r.S) {
             get(r.conv, size_t(slot) * r.conv.nb[2], r.conv.nb[2]);
@@ -83,29 +94,41 @@ StateStore::Snapshot StateStore::save(int slot) const {
     return s;
 }
 
-void StateStore::restore(int slot, const Snapshot& s) {
+void StateStore::restore(int slot, const Snapshot& s, int keep) {
     if (slot < 0 || slot >= cfg_.n_slots) fail(strfmt("state: slot %d out of range", slot));
     if (s.length < 0 || s.length > cfg_.n_ctx)
         fail(strfmt("state: snapshot of %d tokens does not fit a context of %d", s.length, cfg_.n_ctx));
-    size_t total = 0;
-    for (size_t il = 0; il < kv_.size(); ++il) {
-        if (kv_[il].k) total += 2 * size_t(s.length) * kv_[il].k.nb[2];
-        if (rs_[il].S) total += rs_[il].conv.nb[2] + rs_[il].S.nb[3];
+    keep = std::clamp(keep, 0, s.length);
+    // Every piece of the chain first: a mismatch leaves the slot untouched.
+    for (const Snapshot* seg = &s; seg; seg = seg->base.get()) {
+        if (seg->bytes.size() != snapshot_bytes(seg->first, seg->length) || (seg->first > 0) != bool(seg->base) ||
+            (seg->base && seg->base->length != seg->first))
+            fail("state: snapshot does not match this model's state layout");
     }
-    if (total != s.bytes.size()) fail("state: snapshot does not match this model's state layout");
-    const uint8_t* p = s.bytes.data();
-    auto put = [&](const Tensor& t, size_t offset, size_t n) {
-        if (n) t.backend->write(t, p, n, offset);
-        p += n;
-    };
-    for (size_t il = 0; il < kv_.size(); ++il) {
-        if (const Tensor& k = kv_[il].k; k) {
-            put(k, size_t(slot) * k.nb[3], size_t(s.length) * k.nb[2]);
-            put(kv_[il].v, size_t(slot) * k.nb[3], size_t(s.length) * k.nb[2]);
-        }
-        if (const RecurrentState& r = rs_[il]; r.S) {
-            put(r.conv, size_t(slot) * r.conv.nb[2], r.conv.nb[2]);
-            put(r.S, size_t(slot) * r.S.nb[3], r.S.nb[3]);
+    // KV rows [max(first, keep), length) of each piece, newest piece first;
+    // the recurrent state from the newest only.
+    for (const Snapshot* seg = &s; seg; seg = seg->base.get()) {
+        if (seg != &s && seg->length <= keep) break;  // older pieces hold only kept rows
+        const size_t own = size_t(seg->length - seg->first);
+        const size_t lo = std::min(own, size_t(std::max(seg->first, keep) - seg->first));
+        const uint8_t* p = seg->bytes.data();
+        for (size_t il = 0; il < kv_.size(); ++il) {
+            if (const Tensor& k = kv_[il].k; k) {
+                const size_t rb = k.nb[2], at = size_t(slot) * k.nb[3] + (size_t(seg->first) + lo) * rb;
+                const size_t n = (own - lo) * rb;
+                if (n) {
+                    k.backend->write(k, p + lo * rb, n, at);
+                    kv_[il].v.backend->write(kv_[il].v, p + own * rb + lo * rb, n, at);
+                }
+                p += 2 * own * rb;
+            }
+            if (const RecurrentState& r = rs_[il]; r.S) {
+                if (seg == &s) {
+                    r.conv.backend->write(r.conv, p, r.conv.nb[2], size_t(slot) * r.conv.nb[2]);
+                    r.S.backend->write(r.S, p + r.conv.nb[2], r.S.nb[3], size_t(slot) * r.S.nb[3]);
+                }
+                p += r.conv.nb[2] + r.S.nb[3];
+            }
         }
     }
     for (size_t il = 0; il < kv_.size(); ++il) {

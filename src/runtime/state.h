@@ -6,6 +6,7 @@
 // caching: KV rows [0, len) plus the constant-size DeltaNet state at len.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "runtime/backend.h"
@@ -42,19 +43,31 @@ public:
     // written before they are read).
     void clear(int slot);
 
-    // A host copy of a slot (KV rows [0, length) and all recurrent state).
+    // A host copy of a slot: KV rows [0, length) and the recurrent state at
+    // `length`. A snapshot taken on top of an earlier one of the same history
+    // holds only the rows it adds ([first, length), first = base->length) and
+    // shares the rest through `base`: the second turn of a long conversation
+    // copies its new rows, not the whole history again.
     struct Snapshot {
         int length = 0;
-        std::vector<uint8_t> bytes;
+        int first = 0;                            // rows [0, first) live in base
+        std::shared_ptr<const Snapshot> base;     // set when first > 0
+        std::vector<uint8_t> bytes;               // KV rows [first, length) of every layer, then the recurrent state
+        uint64_t own_bytes() const { return bytes.size(); }
     };
-    Snapshot save(int slot) const;
-    // Restores a snapshot into a slot (any slot: also clones sequences).
-    void restore(int slot, const Snapshot& s);
+    // `base`, when given, must be a snapshot of a prefix of this slot's
+    // current history (its rows are still the slot's rows [0, base->length)).
+    std::shared_ptr<const Snapshot> save(int slot, std::shared_ptr<const Snapshot> base = nullptr) const;
+    // Restores a snapshot into a slot (any slot: also clones sequences). Rows
+    // [0, keep) are left as they are: the caller knows the slot already holds
+    // them (its own history shares that prefix with the snapshot).
+    void restore(int slot, const Snapshot& s, int keep = 0);
 
     // Bytes allocated for state on all backends.
     uint64_t allocated_bytes() const { return allocated_; }
 
 private:
+    uint64_t snapshot_bytes(int first, int length) const;  // of one piece (rows [first, length))
     StateConfig cfg_;
     std::vector<KvCache> kv_;
     std::vector<RecurrentState> rs_;

@@ -5,7 +5,7 @@
 namespace qinfer::server {
 
 uint64_t PromptCache::entry_bytes(const Entry& e) {
-    return uint64_t(e.state.bytes.size()) + uint64_t(e.tokens.size()) * sizeof(int32_t);
+    return (e.state ? e.state->own_bytes() : 0) + uint64_t(e.tokens.size()) * sizeof(int32_t);
 }
 
 std::shared_ptr<const PromptCache::Entry> PromptCache::find(const std::vector<int32_t>& prompt) {
@@ -34,19 +34,50 @@ bool PromptCache::contains(const std::vector<int32_t>& tokens) {
     return false;
 }
 
-void PromptCache::add(std::vector<int32_t> tokens, StateStore::Snapshot state) {
-    if (tokens.empty() || contains(tokens)) return;
+void PromptCache::add(std::vector<int32_t> tokens, std::shared_ptr<const StateStore::Snapshot> state) {
+    if (tokens.empty() || !state || contains(tokens)) return;
+    // A piece built on a snapshot the cache no longer holds would keep that
+    // memory alive outside the budget.
+    if (state->base && !holds(state->base.get())) return;
     auto e = std::make_shared<Entry>();
     e->tokens = std::move(tokens);
     e->state = std::move(state);
     const uint64_t n = entry_bytes(*e);
     if (n > budget_) return;
-    while (!entries_.empty() && bytes_ + n > budget_) {
-        bytes_ -= entry_bytes(*entries_.back());
-        entries_.pop_back();
-    }
+    // The new entry's bases must survive the evictions that make room for it.
+    for (const StateStore::Snapshot* b = e->state->base.get(); b; b = b->base.get())
+        for (auto it = entries_.begin(); it != entries_.end(); ++it)
+            if ((*it)->state.get() == b) {
+                entries_.splice(entries_.begin(), entries_, it);
+                break;
+            }
+    while (!entries_.empty() && bytes_ + n > budget_) evict_back();
+    if (e->state->base && !holds(e->state->base.get())) return;  // the budget could not keep its base
     entries_.push_front(std::move(e));
     bytes_ += n;
+}
+
+bool PromptCache::holds(const StateStore::Snapshot* snap) const {
+    for (const auto& e : entries_)
+        if (e->state.get() == snap) return true;
+    return false;
+}
+
+void PromptCache::evict_back() {
+    const StateStore::Snapshot* gone = entries_.back()->state.get();
+    bytes_ -= entry_bytes(*entries_.back());
+    entries_.pop_back();
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        bool built_on = false;
+        for (const StateStore::Snapshot* b = (*it)->state->base.get(); b && !built_on; b = b->base.get())
+            built_on = b == gone;
+        if (built_on) {
+            bytes_ -= entry_bytes(**it);
+            it = entries_.erase(it);
+        } else {
+            ++it;
+        }
+    }
 }
 
 void PromptCache::clear() {

@@ -9,6 +9,11 @@
 // prompt, and every K tokens of a long prefill. A new request restores the
 // longest checkpoint that is a prefix of its prompt and processes only the
 // rest. Entries are evicted least-recently-used beyond a byte budget.
+//
+// A checkpoint taken on top of an earlier one of the same history stores only
+// the KV rows it adds (StateStore::Snapshot::base): its entry counts only
+// those bytes, and evicting an entry evicts every entry built on it, so the
+// budget covers all snapshot memory the cache keeps alive.
 #pragma once
 #include <cstdint>
 #include <list>
@@ -22,8 +27,8 @@ namespace qinfer::server {
 class PromptCache {
 public:
     struct Entry {
-        std::vector<int32_t> tokens;  // the prefix the state represents
-        StateStore::Snapshot state;   // state.length == tokens.size()
+        std::vector<int32_t> tokens;                       // the prefix the state represents
+        std::shared_ptr<const StateStore::Snapshot> state;  // state->length == tokens.size()
     };
 
     explicit PromptCache(uint64_t budget_bytes) : budget_(budget_bytes) {}
@@ -38,7 +43,11 @@ public:
 
     // Stores a checkpoint; evicts the least recently used entries to stay
     // within the budget (an entry larger than the whole budget is dropped).
-    void add(std::vector<int32_t> tokens, StateStore::Snapshot state);
+    void add(std::vector<int32_t> tokens, std::shared_ptr<const StateStore::Snapshot> state);
+
+    // Whether `snap` is the state of an entry still in the cache (a new
+    // checkpoint may then be built on it).
+    bool holds(const StateStore::Snapshot* snap) const;
 
     void clear();
     uint64_t bytes() const { return bytes_; }
@@ -47,6 +56,7 @@ public:
 
 private:
     static uint64_t entry_bytes(const Entry& e);
+    void evict_back();  // the least recently used entry and every entry built on it
     uint64_t budget_;
     uint64_t bytes_ = 0;
     std::list<std::shared_ptr<const Entry>> entries_;  // front = most recently used

@@ -14,6 +14,13 @@ namespace {
 // end-of-prompt checkpoint (see admit()).
 constexpr int kEndCheckpointGap = 64;
 
+int common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    const size_t n = std::min(a.size(), b.size());
+    size_t i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return int(i);
+}
+
 uint64_t micros_since(Clock::time_point t0) {
     return uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
 }
@@ -86,20 +93,26 @@ void Scheduler::shutdown(std::chrono::milliseconds grace) {
 }
 
 // The free slot whose history is the longest prefix of `prompt` (`reuse` =
-// its length), else the least recently used free slot (reuse 0), else -1.
+// its length); among equals the one sharing the longest prefix with the
+// prompt at all (a restored checkpoint then keeps those KV rows), then the
+// least recently used; -1 when no slot is free.
 int Scheduler::pick_slot(const std::vector<int32_t>& prompt, int& reuse) const {
-    int best = -1;
+    int best = -1, best_common = 0;
     reuse = 0;
     for (int i = 0; i < n_slots_; i++) {
         const Slot& s = slots_[size_t(i)];
         if (s.seq) continue;
+        const bool valid = model_.slot_length(i) == int(s.tokens.size());
+        const int common = valid ? common_prefix(s.tokens, prompt) : 0;
         int r = 0;
-        if (!s.tokens.empty() && s.tokens.size() < prompt.size() && model_.slot_length(i) == int(s.tokens.size()) &&
-            std::equal(s.tokens.begin(), s.tokens.end(), prompt.begin()))
+        if (!s.tokens.empty() && s.tokens.size() < prompt.size() && common == int(s.tokens.size()))
             r = int(s.tokens.size());
-        if (best < 0 || r > reuse || (r == reuse && s.last_used < slots_[size_t(best)].last_used)) {
+        const bool better = best < 0 || r > reuse || (r == reuse && common > best_common) ||
+                            (r == reuse && common == best_common && s.last_used < slots_[size_t(best)].last_used);
+        if (better) {
             best = i;
             reuse = r;
+            best_common = common;
         }
     }
     return best;
@@ -128,18 +141,24 @@ void Scheduler::admit(std::shared_ptr<Job> job) {
     if (job->req.reuse_cache) entry = cache_.find(job->prompt);
     try {
         if (entry && int(entry->tokens.size()) > reuse) {
+            // KV rows the slot holds for the same tokens stay: only the rest
+            // of the checkpoint (and its DeltaNet state) is copied in.
+            const int keep = model_.slot_length(si) == int(s.tokens.size()) ? common_prefix(s.tokens, entry->tokens) : 0;
             const auto t0 = Clock::now();
-            model_.restore_slot(si, entry->state);
+            model_.restore_slot(si, *entry->state, keep);
             metrics_.snapshot_us += micros_since(t0);
             s.tokens = entry->tokens;
+            s.last_snap = entry->state;
             n_cached = int(entry->tokens.size());
         } else if (reuse == 0) {
             model_.clear_slot(si);
             s.tokens.clear();
+            s.last_snap.reset();
         }
     } catch (const Error& e) {
         model_.clear_slot(si);
         s.tokens.clear();
+        s.last_snap.reset();
         n_cached = 0;
     }
     (n_cached > 0 ? metrics_.cache_hits : metrics_.cache_misses)++;
@@ -281,12 +300,19 @@ bool Scheduler::step() {
     for (Slot* s : touched) {
         const int at = int(s->tokens.size());
         while (!s->checkpoints.empty() && s->checkpoints.front() <= at) {
-            // A snapshot larger than the whole budget would be dropped: do not copy it.
-            const uint64_t est = uint64_t(at) * kv_bytes_per_token_ + recurrent_bytes_per_seq_;
+            // On top of this history's newest snapshot still in the cache: only
+            // the rows added since are copied. A snapshot larger than the whole
+            // budget would be dropped: do not copy it.
+            std::shared_ptr<const StateStore::Snapshot> base = s->last_snap.lock();
+            if (base && (base->length > at || !cache_.holds(base.get()))) base.reset();
+            const int from = base ? base->length : 0;
+            const uint64_t est = uint64_t(at - from) * kv_bytes_per_token_ + recurrent_bytes_per_seq_;
             if (s->checkpoints.front() == at && est <= opt_.cache_bytes && !cache_.contains(s->tokens)) {
                 try {
                     const auto t0 = Clock::now();
-                    cache_.add(s->tokens, model_.save_slot(int(s - slots_.data())));
+                    std::shared_ptr<const StateStore::Snapshot> snap = model_.save_slot(int(s - slots_.data()), base);
+                    cache_.add(s->tokens, snap);
+                    s->last_snap = snap;
                     metrics_.snapshot_us += micros_since(t0);
                 } catch (const std::exception&) {
                     // Out of host memory for a snapshot: serve on without it.
@@ -302,6 +328,7 @@ void Scheduler::fail_slot(Slot& s, const std::string& msg) {
     const int si = int(&s - slots_.data());
     model_.clear_slot(si);
     s.tokens.clear();
+    s.last_snap.reset();
     if (s.job) {
         Event e;
         e.kind = Event::Kind::Error;

@@ -91,6 +91,9 @@ private:
         std::unique_ptr<Sequence> seq;
         std::shared_ptr<Job> job;
         std::vector<int> checkpoints;  // prompt positions still to snapshot (ascending)
+        // The newest snapshot of a prefix of `tokens` (restored or taken): the
+        // next checkpoint of this history stores only the rows added since.
+        std::weak_ptr<const StateStore::Snapshot> last_snap;
         uint64_t last_used = 0;
         std::chrono::steady_clock::time_point t_last_token;
     };
