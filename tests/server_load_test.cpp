@@ -80,6 +80,7 @@ TEST(ServerLoad, SixtyFourStreamingClients) {
     EXPECT_EQ(r.mismatches, 0);
     EXPECT_GE(r.requests_ok, 64);
     EXPECT_EQ(r.tokens, r.requests_ok * 12);
+    EXPECT_GT(r.stream_decode_p50, 0) << "every token streams in its own chunk (return_tokens)";
     for (const auto& [prompt, tokens] : r.outputs) {
         ASSERT_TRUE(want.count(prompt));
         EXPECT_EQ(tokens, want[prompt]) << "batched output differs from the prompt alone";

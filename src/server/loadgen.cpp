@@ -38,6 +38,8 @@ struct One {
     bool ok = false;
     std::string error;
     double ttft_ms = 0;
+    double last_token_ms = 0;  // arrival of the last token's chunk
+    int token_chunks = 0;
     std::vector<int32_t> tokens;
 };
 
@@ -74,11 +76,16 @@ One request(const LoadOptions& opt, const std::string& prompt) {
                 out.error = "bad chunk: " + data.substr(0, 120);
                 return false;
             }
+            const double now_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
             if (first) {
-                out.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+                out.ttft_ms = now_ms;
                 first = false;
             }
             const json& c = j["choices"][0];
+            if (c.contains("token")) {
+                out.token_chunks++;
+                out.last_token_ms = now_ms;
+            }
             if (!c["finish_reason"].is_null()) {
                 finished = true;
                 if (c.contains("tokens")) out.tokens = c["tokens"].get<std::vector<int32_t>>();
@@ -118,9 +125,9 @@ double percentile(std::vector<double> v, double p) {
 
 std::string LoadResult::summary() const {
     return strfmt("clients %3d | requests %6lld ok, %lld failed, %lld mismatched | %8lld tokens in %.1f s = %9.1f tok/s | "
-                  "TTFT p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+                  "TTFT p50 %.1f ms, p99 %.1f ms, max %.1f ms | per stream after the first token %.1f tok/s (p50)",
                   clients, (long long)requests_ok, (long long)requests_failed, (long long)mismatches, (long long)tokens,
-                  wall_s, tokens_per_s, ttft_p50_ms, ttft_p99_ms, ttft_max_ms);
+                  wall_s, tokens_per_s, ttft_p50_ms, ttft_p99_ms, ttft_max_ms, stream_decode_p50);
 }
 
 LoadResult run_load(const LoadOptions& opt_in) {
@@ -133,7 +140,7 @@ LoadResult run_load(const LoadOptions& opt_in) {
     LoadResult res;
     res.clients = opt.clients;
     std::mutex mu;
-    std::vector<double> ttfts;
+    std::vector<double> ttfts, decode_rates;
     const auto t0 = Clock::now();
     const auto end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.duration_s));
     std::atomic<int64_t> next{0};
@@ -152,6 +159,8 @@ LoadResult run_load(const LoadOptions& opt_in) {
                 res.requests_ok++;
                 res.tokens += int64_t(o.tokens.size());
                 ttfts.push_back(o.ttft_ms);
+                if (o.token_chunks > 1 && o.last_token_ms > o.ttft_ms)
+                    decode_rates.push_back(1000.0 * (o.token_chunks - 1) / (o.last_token_ms - o.ttft_ms));
                 auto it = res.outputs.find(prompt);
                 if (it == res.outputs.end())
                     res.outputs.emplace(prompt, o.tokens);
@@ -166,6 +175,7 @@ LoadResult run_load(const LoadOptions& opt_in) {
     res.ttft_p50_ms = percentile(ttfts, 0.50);
     res.ttft_p99_ms = percentile(ttfts, 0.99);
     res.ttft_max_ms = ttfts.empty() ? 0 : *std::max_element(ttfts.begin(), ttfts.end());
+    res.stream_decode_p50 = percentile(decode_rates, 0.50);
     return res;
 }
 

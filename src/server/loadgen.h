@@ -31,6 +31,9 @@ struct LoadResult {
     double wall_s = 0;
     double tokens_per_s = 0;        // aggregate
     double ttft_p50_ms = 0, ttft_p99_ms = 0, ttft_max_ms = 0;
+    // Median over requests of (tokens - 1) / (last token - first token): the
+    // decode rate one client sees, comparable with `qinfer bench` tg.
+    double stream_decode_p50 = 0;
     std::vector<std::string> errors;  // the first few failures, one line each
     std::map<std::string, std::vector<int32_t>> outputs;  // prompt -> tokens (first seen)
 
