@@ -58,6 +58,14 @@ std::vector<float> run_one_by_one(Model& m, const std::vector<int32_t>& ids) {
     return all;
 }
 
+// Test names from model paths: "large/tiny-qwen3.f16.gguf" -> "large_tiny_qwen3_f16_gguf".
+std::string param_name(const ::testing::TestParamInfo<std::string>& i) {
+    std::string n = i.param;
+    for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    return n;
+}
+
 int argmax(const float* v, int64_t n) { return int(std::max_element(v, v + n) - v); }
 
 class CudaModel : public ::testing::TestWithParam<std::string> {};
@@ -119,12 +127,7 @@ INSTANTIATE_TEST_SUITE_P(Reference, CudaModel,
                          ::testing::Values("tiny-qwen35.f16.gguf", "tiny-qwen35.q8_0.gguf", "tiny-qwen35.q4_k_m.gguf",
                                            "tiny-qwen3.q4_k_m.gguf", "tiny-qwen2.q8_0.gguf", "large/tiny-qwen35.f32.gguf",
                                            "large/tiny-qwen3.f16.gguf", "large/tiny-qwen2.f16.gguf"),
-                         [](const ::testing::TestParamInfo<std::string>& i) {
-                             std::string n = i.param;
-                             for (char& ch : n)
-                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                             return n;
-                         });
+                         param_name);
 
 // Split execution: the first half of the layers (and the embedding) on the
 // GPU, the rest and the head on the CPU, and the other way round. The models
@@ -169,12 +172,7 @@ TEST_P(CudaSplit, HalfTheLayersOnTheGpuMatchesCpu) {
 INSTANTIATE_TEST_SUITE_P(Reference, CudaSplit,
                          ::testing::Values("tiny-qwen35.f16.gguf", "tiny-qwen35.q8_0.gguf", "tiny-qwen3.q4_k_m.gguf",
                                            "tiny-qwen2.q8_0.gguf"),
-                         [](const ::testing::TestParamInfo<std::string>& i) {
-                             std::string n = i.param;
-                             for (char& ch : n)
-                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                             return n;
-                         });
+                         param_name);
 
 // Greedy continuation of the f16 / f32 models equals the reference ids up to the
 // first step whose reference top-2 margin is too small to decide.
@@ -213,12 +211,7 @@ TEST_P(CudaGreedy, EqualsReferenceIds) {
 INSTANTIATE_TEST_SUITE_P(Reference, CudaGreedy,
                          ::testing::Values("tiny-qwen35.f16", "large/tiny-qwen35.f32", "large/tiny-qwen3.f16",
                                            "large/tiny-qwen2.f16"),
-                         [](const ::testing::TestParamInfo<std::string>& i) {
-                             std::string n = i.param;
-                             for (char& ch : n)
-                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                             return n;
-                         });
+                         param_name);
 
 }  // namespace
 }  // namespace qinfer

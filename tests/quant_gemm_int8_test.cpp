@@ -95,13 +95,6 @@ std::vector<float> run(const Problem& p, Isa isa, TilePath path, ThreadPool& poo
     return out;
 }
 
-std::vector<Isa> levels() {
-    std::vector<Isa> v{Isa::Scalar};
-    if (kernels::cpu_supports(Isa::Avx2)) v.push_back(Isa::Avx2);
-    if (kernels::cpu_supports(Isa::Avx512)) v.push_back(Isa::Avx512);
-    return v;
-}
-
 // Float rounding of a sum of K products (and of the scale products) in single
 // precision: a few ulps of sum |w x|.
 constexpr double kFloatRel = 2e-6;
@@ -118,7 +111,7 @@ TEST(QuantGemmInt8, MatchesDotKernelsAndReferenceOnEveryLevel) {
                     if (K == 2560 && N == 37 && T != 17) continue;  // keep the test fast
                     const Problem p = make_problem(wt, K, N, T, seed++);
                     std::vector<float> gemm_scalar, gemm_avx2;
-                    for (Isa isa : levels()) {
+                    for (Isa isa : kernels::supported_isas()) {
                         SCOPED_TRACE(std::string(type_name(wt)) + " " + kernels::isa_name(isa) + " K=" +
                                      std::to_string(K) + " N=" + std::to_string(N) + " T=" + std::to_string(T));
                         const std::vector<float> dot = run(p, isa, TilePath::Dot, pool);

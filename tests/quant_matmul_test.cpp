@@ -85,13 +85,6 @@ std::vector<float> run(const Problem& p, Isa isa, ThreadPool& pool, int64_t pad 
     return out;
 }
 
-std::vector<Isa> levels() {
-    std::vector<Isa> v{Isa::Scalar};
-    if (kernels::cpu_supports(Isa::Avx2)) v.push_back(Isa::Avx2);
-    if (kernels::cpu_supports(Isa::Avx512)) v.push_back(Isa::Avx512);
-    return v;
-}
-
 }  // namespace
 
 TEST(QuantMatmul, MatchesDequantizedReferenceOnEveryLevel) {
@@ -106,7 +99,7 @@ TEST(QuantMatmul, MatchesDequantizedReferenceOnEveryLevel) {
                 for (int64_t T : {1, 3, 17}) {
                     const Problem p = make_problem(wt, K, N, T, seed++);
                     std::vector<float> scalar, avx2;
-                    for (Isa isa : levels()) {
+                    for (Isa isa : kernels::supported_isas()) {
                         SCOPED_TRACE(std::string(type_name(wt)) + " " + kernels::isa_name(isa) + " K=" +
                                      std::to_string(K) + " N=" + std::to_string(N) + " T=" + std::to_string(T));
                         const std::vector<float> y = run(p, isa, pool);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "quant/cpu_matmul.h"
 #include "quant/types.h"
@@ -58,6 +59,7 @@ void matmul_isa(Isa isa, GgmlType wt, const void* W, int64_t K, int64_t N, const
 void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, const float* x, int64_t T,
                       ThreadPool& pool, TilePath path = TilePath::Auto);
 bool cpu_supports(Isa isa);
+std::vector<Isa> supported_isas();  // every level this CPU and build can run, scalar first
 // The kernel for one job, after checking its type and shape (throws Error).
 DotFn check_job(Isa isa, const MatmulJob& job, int64_t K, int64_t T);
 

@@ -149,6 +149,13 @@ bool cpu_supports(Isa isa) {
     return isa <= supported;
 }
 
+std::vector<Isa> supported_isas() {
+    std::vector<Isa> v;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+        if (cpu_supports(isa)) v.push_back(isa);
+    return v;
+}
+
 Isa detected_isa() {
     static const Isa isa = [] {
         Isa best = Isa::Avx512;
