@@ -787,7 +787,7 @@ void CudaBackend::enqueue(std::function<void()> fn) {
     PendingOp op;
     op.run = std::move(fn);
     if (profile_) {
-        op.label = next_label_.empty() ? profile_label(op) : next_label_;
+        op.label = next_label_.empty() ? profile_label() : next_label_;
         next_label_.clear();
     }
     pending_.push_back(std::move(op));
@@ -827,7 +827,7 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
         *static_cast<volatile int*>(hold_flag_) = hold_value_;
         held = 0;
     };
-    auto before = [&](std::string label) {
+    auto before = [&](const std::string& label) {
         if (!prof) return;
         if (held == 0) cuda::hold_until(hold_flag_dev_, ++hold_value_, stream_);
         const size_t k = 2 * labels.size();
@@ -837,7 +837,7 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
             profile_events_.push_back(e);
         }
         QINFER_CUDA_CHECK(cudaEventRecord(profile_events_[k], stream_));
-        labels.push_back(std::move(label));
+        labels.push_back(label);
     };
     auto after = [&] {
         if (!prof) return;
@@ -917,7 +917,7 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
     }
 }
 
-std::string CudaBackend::profile_label(const PendingOp&) const {
+std::string CudaBackend::profile_label() const {
     uint32_t code = 0;
     if (sig_.size() >= last_sig_at_ + sizeof(code)) std::memcpy(&code, sig_.data() + last_sig_at_, sizeof(code));
     switch (code) {

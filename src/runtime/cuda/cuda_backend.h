@@ -188,7 +188,7 @@ private:
     int* hold_flag_ = nullptr;  // host-mapped; see cuda::hold_until
     int* hold_flag_dev_ = nullptr;
     int hold_value_ = 0;
-    std::string profile_label(const PendingOp& op) const;
+    std::string profile_label() const;  // of the op whose signature was added last
     void print_profile() const;
 
 public:
