@@ -26,11 +26,16 @@ namespace {
 
 const std::vector<int32_t> kS7 = {8193, 872, 198, 39, 4791, 1879, 8194};
 
-std::unique_ptr<Model> load_on(const std::string& path, bool gpu, int n_ctx) {
+ModelOptions options(int n_ctx) {
     ModelOptions opt;
     opt.n_ctx = n_ctx;
     opt.n_batch = 64;
     opt.n_threads = 2;
+    return opt;
+}
+
+std::unique_ptr<Model> load_on(const std::string& path, bool gpu, int n_ctx) {
+    const ModelOptions opt = options(n_ctx);
     if (!gpu) return Model::load(path, opt);
     const HParams hp = HParams::from_gguf(*gguf::File::open(path));
     Placement pl;
@@ -143,10 +148,6 @@ TEST_P(CudaSplit, HalfTheLayersOnTheGpuMatchesCpu) {
     const std::vector<float> lc = run_batch(*cpu, kS7);
     const HParams hp = HParams::from_gguf(*gguf::File::open(path));
     for (int gpu_first = 1; gpu_first >= 0; --gpu_first) {
-        ModelOptions opt;
-        opt.n_ctx = 64;
-        opt.n_batch = 64;
-        opt.n_threads = 2;
         Placement pl;
         pl.backends.push_back(make_cuda_backend(0));
         pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(2)));
@@ -155,7 +156,7 @@ TEST_P(CudaSplit, HalfTheLayersOnTheGpuMatchesCpu) {
             pl.layer.push_back((il < hp.n_layer / 2) == bool(gpu_first) ? gpu : host);
         pl.embed = gpu_first ? gpu : host;
         pl.head = gpu_first ? host : gpu;
-        auto split = Model::load(path, opt, std::move(pl));
+        auto split = Model::load(path, options(64), std::move(pl));
         const std::vector<float> ls = run_batch(*split, kS7);
         ASSERT_EQ(ls.size(), lc.size());
         double maxref = 0, maxdiff = 0;

@@ -89,6 +89,19 @@ double metric(int port, const std::string& name) {
     return std::stod(m[1].str());
 }
 
+// Polls a metric until it equals `want` (gauges follow the step that answered
+// a request) or `timeout` passes; returns the last value read.
+double wait_for_metric(int port, const std::string& name, double want,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    double v = metric(port, name);
+    while (v != want && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        v = metric(port, name);
+    }
+    return v;
+}
+
 class ServerTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
@@ -471,11 +484,9 @@ TEST_F(ServerTest, ChainedCheckpointsGiveSameOutput) {
             // One end-of-prompt checkpoint holding rows [n_prev, n) only.
             const double want = double(uint64_t(n - n_prev) * sz.kv_bytes_per_token + sz.recurrent_bytes_per_seq +
                                        uint64_t(n) * sizeof(int32_t));
-            double grew = 0;
-            for (int i = 0; i < 100 && grew != want; i++) {  // the gauge follows the step that answered
-                grew = metric(port_, "qinfer_prompt_cache_bytes") - cache_before;
-                if (grew != want) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            }
+            const double grew =
+                wait_for_metric(port_, "qinfer_prompt_cache_bytes", cache_before + want, std::chrono::seconds(1)) -
+                cache_before;
             EXPECT_EQ(grew, want) << "a whole snapshot would be " << double(uint64_t(n) * sz.kv_bytes_per_token);
         }
         b["cache_prompt"] = false;
@@ -493,14 +504,7 @@ TEST_F(ServerTest, DisconnectCancelsWithinASecond) {
     Stream s = stream(port_, "/v1/completions", body, 3);
     EXPECT_EQ(s.events.size(), 3u);
     // The sequence leaves the batch: no active sequences shortly after.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    double active = -1;
-    while (std::chrono::steady_clock::now() < deadline) {
-        active = metric(port_, "qinfer_active_sequences");
-        if (active == 0) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    EXPECT_EQ(active, 0);
+    EXPECT_EQ(wait_for_metric(port_, "qinfer_active_sequences", 0), 0);
     EXPECT_GT(metric(port_, "qinfer_requests_total\\{outcome=\"cancelled\"\\}"), cancelled_before);
     EXPECT_LT(metric(port_, "qinfer_generated_tokens_total"), 1e9);
 }
@@ -516,14 +520,7 @@ TEST_F(ServerTest, NonStreamingDisconnectCancels) {
         httplib::Result r = cli.Post("/v1/completions", body.dump(), "application/json");
         EXPECT_FALSE(r);  // timed out
     }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    double active = -1;
-    while (std::chrono::steady_clock::now() < deadline) {
-        active = metric(port_, "qinfer_active_sequences");
-        if (active == 0) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    EXPECT_EQ(active, 0);
+    EXPECT_EQ(wait_for_metric(port_, "qinfer_active_sequences", 0), 0);
     EXPECT_EQ(metric(port_, "qinfer_requests_total\\{outcome=\"cancelled\"\\}"), cancelled_before + 1);
     EXPECT_LT(metric(port_, "qinfer_generated_tokens_total") - generated_before, 480) << "stopped before max_tokens";
 }
