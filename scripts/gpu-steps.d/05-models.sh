@@ -4,10 +4,8 @@
 # (default /tmp/qinfer-models). 30-cuda-bench adds the Qwen3-4B one.
 #   bash 05-models.sh BUILD_DIR REF_DIR OUT_DIR
 set -uo pipefail
-BUILD=$1; OUT=$3
-Q="$BUILD/qinfer"
-M="${QINFER_BENCH_MODELS:-/tmp/qinfer-models}"; mkdir -p "$M"
-f="$M/qwen35-4b-q4_k_m.gguf"
+. "$(dirname "$0")/lib/common.sh" "$@"
+mkdir -p "$M"
 [ -f "$f" ] && { echo "have $f"; exit 0; }
 t0=$(date +%s)
 timeout 600 "$Q" convert --random qwen35-4b --outtype q4_k_m "$f" > "$OUT/gen-qwen35-4b.log" 2>&1 \

@@ -4,11 +4,8 @@
 # device, and the out-of-memory path (a clear error and exit 1, no crash).
 #   bash 35-placement.sh BUILD_DIR REF_DIR OUT_DIR
 set -uo pipefail
-BUILD=$1; REF=$2; OUT=$3
-Q="$BUILD/qinfer"
-M="${QINFER_BENCH_MODELS:-/tmp/qinfer-models}"
-f="$M/qwen35-4b-q4_k_m.gguf"
-[ -f "$f" ] || { echo "no $f (30-cuda-bench generates it): SKIP"; exit 0; }
+. "$(dirname "$0")/lib/common.sh" "$@"
+need_bench_model
 T=$(( $(nproc) ))
 echo "== -ngl sweep ($T threads): pp512 / tg64"
 for ngl in 0 8 16 24 all; do

@@ -4,11 +4,8 @@
 # decode at batch 1 and 64 and for a 512-token prompt.
 #   bash 38-batched.sh BUILD_DIR REF_DIR OUT_DIR
 set -uo pipefail
-BUILD=$1; OUT=$3; REF=$2
-Q="$BUILD/qinfer"
-M="${QINFER_BENCH_MODELS:-/tmp/qinfer-models}"
-f="$M/qwen35-4b-q4_k_m.gguf"
-[ -f "$f" ] || { echo "no $f (05-models generates it): SKIP"; exit 0; }
+. "$(dirname "$0")/lib/common.sh" "$@"
+need_bench_model
 echo "== Q4_K decode matvec: pipelined (default) vs plain unit loop (QINFER_CUDA_MATVEC=v1)"
 for v in default v1; do
   if [ $v = v1 ]; then export QINFER_CUDA_MATVEC=v1; else unset QINFER_CUDA_MATVEC; fi

@@ -5,11 +5,8 @@
 # a ~16k-token history (prompt cache with DeltaNet checkpoints).
 #   bash 50-server.sh BUILD_DIR REF_DIR OUT_DIR
 set -uo pipefail
-BUILD=$1; REF=$2; OUT=$3
-Q="$BUILD/qinfer"
-M="${QINFER_BENCH_MODELS:-/tmp/qinfer-models}"
-f="$M/qwen35-4b-q4_k_m.gguf"
-[ -f "$f" ] || { echo "no $f (30-cuda-bench generates it): SKIP"; exit 0; }
+. "$(dirname "$0")/lib/common.sh" "$@"
+need_bench_model
 "$Q" serve --help >/dev/null 2>&1 || { echo "this build has no server: SKIP"; exit 0; }
 health() {  # port
   for _ in $(seq 1 240); do
@@ -38,12 +35,9 @@ port=18080
 "$Q" serve -m "$f" -ngl all -np 64 -c 4096 --port $port > "$OUT/serve.log" 2>&1 &
 pid=$!
 if health $port; then
-  echo "== load (512-token prompts, 128 tokens each, 20 s per point)"
+  echo "== load (~512-token prompts, 128 tokens each, at least 8 s per point)"
   timeout 300 "$Q" serve loadgen --port $port --clients 1,8,32,64 --duration 8 --max-tokens 128 --prompt-file "$OUT/p512.txt" 2>&1 | tee "$OUT/serve-load.txt"
-  python3 - $port <<'PY' | grep -E "^qinfer_(requests_total|forward|batch|sample|snapshot|prompt_tokens|generated|state_bytes)" | head -20
-import sys, urllib.request
-print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode())
-PY
+  server_metrics $port "^qinfer_(requests_total|forward|batch|sample|snapshot|prompt_tokens|generated|state_bytes)"
 else
   echo "server did not become healthy"; tail -5 "$OUT/serve.log"
 fi
@@ -56,10 +50,7 @@ port=18081
 pid=$!
 if health $port; then
   timeout 300 "$Q" serve loadgen --port $port --multiturn 16000 --turns 3 2>&1 | tee "$OUT/serve-multiturn.txt"
-  python3 - $port <<'PY' | grep -E "^qinfer_(prompt_cache|snapshot|forward_seconds|prompt_tokens)" | head -12
-import sys, urllib.request
-print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode())
-PY
+  server_metrics $port "^qinfer_(prompt_cache|snapshot|forward_seconds|prompt_tokens)"
 else
   echo "server did not become healthy"; tail -5 "$OUT/serve-mt.log"
 fi
