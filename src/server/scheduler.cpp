@@ -21,9 +21,10 @@ int common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) 
     return int(i);
 }
 
-uint64_t micros_since(Clock::time_point t0) {
-    return uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+uint64_t micros_between(Clock::time_point a, Clock::time_point b) {
+    return uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(b - a).count());
 }
+uint64_t micros_since(Clock::time_point t0) { return micros_between(t0, Clock::now()); }
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
@@ -270,7 +271,7 @@ bool Scheduler::step() {
         return true;
     }
     const auto t_sample = Clock::now();
-    metrics_.forward_us += uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(t_sample - t_forward).count());
+    metrics_.forward_us += micros_between(t_forward, t_sample);
     metrics_.forward_steps++;
     metrics_.batch_tokens += batch_.size();
     metrics_.prompt_tokens_processed += n_prompt_tokens;
