@@ -20,14 +20,35 @@ std::shared_ptr<const PromptCache::Entry> PromptCache::find(const std::vector<in
         }
     }
     if (best == entries_.end()) return nullptr;
-    entries_.splice(entries_.begin(), entries_, best);
+    touch(best);
     return entries_.front();
+}
+
+// Most recently used: the entry, and right behind it the entries its state is
+// built on (a restore needs them all, so they must not look colder than it).
+void PromptCache::touch(std::list<std::shared_ptr<const Entry>>::iterator it) {
+    const std::shared_ptr<const Entry> e = *it;
+    touch_bases(e->state.get());
+    for (auto j = entries_.begin(); j != entries_.end(); ++j)
+        if (*j == e) {
+            entries_.splice(entries_.begin(), entries_, j);
+            break;
+        }
+}
+
+void PromptCache::touch_bases(const StateStore::Snapshot* snap) {
+    for (const StateStore::Snapshot* b = snap ? snap->base.get() : nullptr; b; b = b->base.get())
+        for (auto j = entries_.begin(); j != entries_.end(); ++j)
+            if ((*j)->state.get() == b) {
+                entries_.splice(entries_.begin(), entries_, j);
+                break;
+            }
 }
 
 bool PromptCache::contains(const std::vector<int32_t>& tokens) {
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
         if ((*it)->tokens == tokens) {
-            entries_.splice(entries_.begin(), entries_, it);
+            touch(it);
             return true;
         }
     }
@@ -45,12 +66,7 @@ void PromptCache::add(std::vector<int32_t> tokens, std::shared_ptr<const StateSt
     const uint64_t n = entry_bytes(*e);
     if (n > budget_) return;
     // The new entry's bases must survive the evictions that make room for it.
-    for (const StateStore::Snapshot* b = e->state->base.get(); b; b = b->base.get())
-        for (auto it = entries_.begin(); it != entries_.end(); ++it)
-            if ((*it)->state.get() == b) {
-                entries_.splice(entries_.begin(), entries_, it);
-                break;
-            }
+    touch_bases(e->state.get());
     while (!entries_.empty() && bytes_ + n > budget_) evict_back();
     if (e->state->base && !holds(e->state->base.get())) return;  // the budget could not keep its base
     entries_.push_front(std::move(e));

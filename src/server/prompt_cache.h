@@ -57,6 +57,8 @@ public:
 private:
     static uint64_t entry_bytes(const Entry& e);
     void evict_back();  // the least recently used entry and every entry built on it
+    void touch(std::list<std::shared_ptr<const Entry>>::iterator it);  // it and its bases to the front
+    void touch_bases(const StateStore::Snapshot* snap);                // the entries snap is built on
     uint64_t budget_;
     uint64_t bytes_ = 0;
     std::list<std::shared_ptr<const Entry>> entries_;  // front = most recently used
