@@ -169,6 +169,49 @@ TEST_P(Consistency, SplitAcrossTwoBackendsEqualsOne) {
     EXPECT_EQ(max_diff(l1, l2), 0.0);
 }
 
+// Prompt offload with a second CPU instance standing in for the GPU: the
+// streamed weights and the shadow state must give exactly the logits of one
+// backend, for fresh and continued prompts, several slots in one batch and the
+// decode steps after them (which read the state the offloaded steps wrote back).
+TEST_P(Consistency, PromptOffloadEqualsOneBackend) {
+    const int64_t L = Model::load(model_path(GetParam()), options())->hparams().n_layer;
+    for (bool half : {false, true}) {
+        auto single = Model::load(model_path(GetParam()), options());
+        Placement pl;
+        pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(1)));
+        pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(1)));
+        for (int64_t il = 0; il < L; ++il) pl.layer.push_back(half && il >= L / 2 ? 1 : 0);
+        pl.offload = 1;
+        ModelOptions opt = options();
+        opt.op_offload_min_batch = 4;
+        auto off = Model::load(model_path(GetParam()), opt, std::move(pl));
+        EXPECT_NE(off->backend_description().find("prompts of 4+ tokens"), std::string::npos)
+            << off->backend_description();
+
+        auto both = [&](const Batch& b) {
+            std::vector<float> want, got;
+            single->forward(b, want);
+            off->forward(b, got);
+            EXPECT_EQ(max_diff(got, want), 0.0) << GetParam() << (half ? " half" : " all") << ", " << b.size()
+                                                << " tokens at position " << b.pos[0];
+        };
+        auto chunk = [&](size_t first, size_t n, int slot) {
+            Batch b;
+            for (size_t i = first; i < first + n; ++i) b.add(kPrompt[i], int32_t(i), slot, true);
+            return b;
+        };
+        both(chunk(0, 10, 0));  // fresh slot
+        both(chunk(10, 8, 0));  // continued: the KV rows and state before it go up
+        for (size_t i = 18; i < 21; ++i) both(chunk(i, 1, 0));  // decode: stays on its layers
+        // Two slots in one batch: a fresh prompt and a continued one.
+        Batch two = chunk(0, 5, 1);
+        for (size_t i = 21; i < 24; ++i) two.add(kPrompt[i], int32_t(i), 0, true);
+        both(two);
+        both(chunk(5, 1, 1));
+        EXPECT_EQ(off->offloaded_batches(), 3u);
+    }
+}
+
 TEST_P(Consistency, SnapshotRestoresExactState) {
     auto m = Model::load(model_path(GetParam()), options());
     const std::vector<float> prefix = run(*m, kPrompt, 0, 10, 0);

@@ -38,6 +38,9 @@ struct EngineOptions {
     int gpu_layers = 0;      // layers on the GPU (> n_layer: all, head too); -1 = auto (as many as fit)
     uint64_t vram_limit = 0; // bytes the GPU may use (0 = what is free)
     bool kv_f32 = false;     // KV cache in f32 instead of f16
+    // Batches of at least this many tokens run the layers kept in host memory
+    // on the GPU too, streaming their weights (llama.cpp's op offload). 0 = off.
+    int op_offload_min_batch = 0;
     std::string chat_template;  // Jinja source replacing the GGUF's tokenizer.chat_template
     bool jinja = false;         // run the GGUF's template with the Jinja engine instead of built-in ChatML
 };

@@ -312,7 +312,7 @@ void print_csv(const std::vector<Row>& rows) {
 int cmd_bench(int argc, char** argv) {
     CLI::App app{"Prompt processing / generation throughput (llama-bench layout)", "qinfer bench"};
     std::string model_path, p_str = "512", n_str = "128", t_str, ngl_str = "0", d_str = "0", np_str = "1", out = "md";
-    int reps = 5, n_batch = 512;
+    int reps = 5, n_batch = 512, op_offload_min_batch = kOpOffloadMinBatch;
     std::string kv_type = "f16";
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
     app.add_option("-p,--n-prompt", p_str, "prompt lengths (comma list; 0 = skip pp)");
@@ -323,6 +323,7 @@ int cmd_bench(int argc, char** argv) {
     app.add_option("--parallel", np_str, "sequences decoding together (-np; comma list): batched tg tests");
     app.add_option("-r,--repetitions", reps, "measured repetitions per test")->check(CLI::Range(1, 1000));
     app.add_option("-b,--batch-size", n_batch, "max tokens per forward pass")->check(CLI::Range(1, 65536));
+    add_op_offload_flags(app, op_offload_min_batch);
     app.add_option("--kv-type,--cache-type-k", kv_type, "KV cache type (-ctk): f16 or f32")
         ->check(CLI::IsMember({"f16", "f32"}));
     app.add_option("-o,--output", out, "output format: md, json or csv")->check(CLI::IsMember({"md", "json", "csv"}));
@@ -369,6 +370,7 @@ int cmd_bench(int argc, char** argv) {
             eo.n_threads = threads;
             eo.gpu_layers = ngl;
             eo.kv_f32 = kv_type == "f32";
+            eo.op_offload_min_batch = op_offload_min_batch;
             auto engine = Engine::load(model_path, eo);
             const ModelInfo info = engine->info();
             Model& model = engine->model();

@@ -31,6 +31,15 @@ std::vector<char*> normalize_llama_flags(int argc, char** argv, std::vector<std:
     return out;
 }
 
+void add_op_offload_flags(CLI::App& app, int& min_batch) {
+    app.add_option("--op-offload-min-batch", min_batch,
+                   "prompt batches of at least N tokens run the CPU-resident layers on the GPU, streaming their "
+                   "weights (0 = never)")
+        ->check(CLI::Range(0, 1 << 20));
+    app.add_flag_callback("--no-op-offload", [&min_batch] { min_batch = 0; },
+                          "never run CPU-resident layers on the GPU (same as --op-offload-min-batch 0)");
+}
+
 void ModelFlags::add(CLI::App& app) {
     app.add_option("-m,--model", model, "GGUF model file")->required();
     app.add_option("-c,--ctx-size", n_ctx, "context size in tokens (0 = from the model, at most 4096)");
@@ -41,6 +50,7 @@ void ModelFlags::add(CLI::App& app) {
     app.add_option("--vram-limit", vram_limit, "GPU memory qinfer may use, e.g. 6GiB (default: what is free)");
     app.add_option("--kv-type,--cache-type-k", kv_type, "KV cache type (-ctk): f16 or f32")
         ->check(CLI::IsMember({"f16", "f32"}));
+    add_op_offload_flags(app, op_offload_min_batch);
     app.add_flag("--jinja", jinja, "render chats with the model's own Jinja template (default: built-in ChatML)");
     app.add_option("--chat-template-file", chat_template_file, "Jinja chat template to use instead of the model's");
 }
@@ -53,6 +63,7 @@ EngineOptions ModelFlags::engine_options() const {
     o.gpu_layers = parse_gpu_layers(gpu_layers);
     if (!vram_limit.empty()) o.vram_limit = parse_bytes(vram_limit, "--vram-limit");
     o.kv_f32 = kv_type == "f32";
+    o.op_offload_min_batch = op_offload_min_batch;
     o.jinja = jinja;
     if (!chat_template_file.empty()) o.chat_template = read_file_text(chat_template_file);
     return o;

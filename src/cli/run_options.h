@@ -13,6 +13,12 @@ namespace qinfer::cli {
 // cannot declare; they are rewritten to their long forms before parsing.
 std::vector<char*> normalize_llama_flags(int argc, char** argv, std::vector<std::string>& storage);
 
+// Prompt offload default: batches of this many tokens or more run the layers
+// kept in host memory on the GPU (as llama.cpp, which also starts at 32).
+constexpr int kOpOffloadMinBatch = 32;
+// --op-offload-min-batch N and --no-op-offload (N = 0) into `min_batch`.
+void add_op_offload_flags(CLI::App& app, int& min_batch);
+
 struct ModelFlags {
     std::string model;
     int n_ctx = 0;
@@ -21,6 +27,7 @@ struct ModelFlags {
     std::string gpu_layers = "auto";  // N, "all" or "auto"
     std::string vram_limit;           // e.g. "8GiB"
     std::string kv_type = "f16";
+    int op_offload_min_batch = kOpOffloadMinBatch;
     bool jinja = false;
     std::string chat_template_file;
     void add(CLI::App& app);

@@ -110,6 +110,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOption
     mo.n_threads = opt.n_threads;
     mo.gpu_layers = opt.gpu_layers;
     mo.vram_limit = opt.vram_limit;
+    mo.op_offload_min_batch = opt.op_offload_min_batch;
     mo.kv_type = opt.kv_f32 ? GgmlType::F32 : GgmlType::F16;
     if (opt.n_ctx < 0) fail(strfmt("context size must be >= 0 (got %d)", opt.n_ctx));
     if (opt.n_ctx > 0) {

@@ -46,7 +46,7 @@ void attention_block(const LayerCtx& c, const LayerWeights& w, const AttnOptions
     c.dump("Qcur", q);
     c.dump("Kcur", k);
     c.dump("Vcur", v);
-    be.attention(q, k, v, *c.state.kv(c.il), c.step, 1.f / std::sqrt(float(d)), att);
+    be.attention(q, k, v, *c.kv, c.step, 1.f / std::sqrt(float(d)), att);
     c.dump("attn_pre_out", att);
     be.matmul(w.attn_output, c.tok(c.s.att), out);     c.dump("attn_out", out);
     be.add(x, out, x);                                  c.dump("attn_residual", x);

@@ -27,6 +27,16 @@ struct LayerWeights {
     Tensor ssm_qkv, ssm_gate, ssm_beta, ssm_alpha, ssm_dt_b, ssm_a, ssm_conv1d, ssm_norm, ssm_out;
 };
 
+// Calls f on every tensor of a layer that is present (a layer's weights as a
+// set: prompt offload streams them).
+template <class W, class F> void for_each_tensor(W& w, F&& f) {
+    for (auto* t : {&w.attn_norm, &w.ffn_norm, &w.ffn_gate, &w.ffn_up, &w.ffn_down, &w.attn_q, &w.attn_k,
+                      &w.attn_v, &w.attn_output, &w.attn_q_b, &w.attn_k_b, &w.attn_v_b, &w.attn_q_norm,
+                      &w.attn_k_norm, &w.ssm_qkv, &w.ssm_gate, &w.ssm_beta, &w.ssm_alpha, &w.ssm_dt_b, &w.ssm_a,
+                      &w.ssm_conv1d, &w.ssm_norm, &w.ssm_out})
+        if (*t) f(*t);
+}
+
 // Activation buffers of one backend, [width, n_batch] f32 each, allocated once
 // at load so their addresses never change (CUDA graphs capture them).
 struct Scratch {
@@ -52,7 +62,8 @@ struct LayerCtx {
     const HParams& hp;
     const Scratch& s;       // full-capacity buffers; use the T-token views below
     const StepInfo& step;
-    const StateStore& state;
+    const KvCache* kv;            // this layer's state: attention layers
+    const RecurrentState* rs;     // Gated DeltaNet layers
     int il;                 // layer index
     int T;                  // tokens in this step
     Dumper* dumper;

@@ -13,6 +13,7 @@
 #include "model/dump.h"
 #include "model/layers.h"
 #include "model/model.h"
+#include "model/offload.h"
 #include "plan/planner.h"
 
 namespace qinfer {
@@ -55,6 +56,7 @@ public:
         state_->restore(slot, snap, keep);
     }
     std::string backend_description() const override;
+    uint64_t offloaded_batches() const override { return offloaded_batches_; }
 
 private:
     struct PerBackend {
@@ -86,6 +88,8 @@ private:
     std::vector<PerBackend> pb_;
     std::vector<bool> used_;  // backend index is used by this model
     std::unique_ptr<Dumper> dumper_;
+    std::unique_ptr<PromptOffload> offload_;
+    uint64_t offloaded_batches_ = 0;
 };
 
 TransformerModel::TransformerModel(std::unique_ptr<gguf::File> file, const ModelOptions& opt, Placement placement)
@@ -138,6 +142,27 @@ TransformerModel::TransformerModel(std::unique_ptr<gguf::File> file, const Model
         (hp_.is_recurrent(il) ? rec : attn)[bi] = true;
     }
     used_[size_t(placement_.embed)] = used_[size_t(placement_.head)] = true;
+
+    // Prompt offload: best effort. Without room for its buffers the model
+    // runs every layer where it lives.
+    if (placement_.offload >= 0 && opt_.op_offload_min_batch > 0) {
+        if (!valid(placement_.offload)) fail(strfmt("model: %s: offload backend out of range", path.c_str()));
+        const size_t ti = size_t(placement_.offload);
+        try {
+            offload_ = std::make_unique<PromptOffload>(backend(int(ti)), hp_, state_->config(), opt_.n_batch,
+                                                       opt_.op_offload_min_batch, layers_, lb);
+            if (offload_->streams_attention() || offload_->streams_recurrent()) {
+                attn[ti] = attn[ti] || offload_->streams_attention();
+                rec[ti] = rec[ti] || offload_->streams_recurrent();
+                used_[ti] = true;
+            } else {
+                offload_.reset();
+            }
+        } catch (const Error& e) {
+            offload_.reset();
+            std::fprintf(stderr, "warning: prompt offload off: %s\n", e.what());
+        }
+    }
     for (size_t bi = 0; bi < nb; ++bi)
         if (used_[bi]) alloc_scratch(int(bi), attn[bi], rec[bi]);
     dumper_ = Dumper::from_env();
@@ -250,7 +275,8 @@ void TransformerModel::forward(const Batch& batch, std::vector<float>& logits) {
     //    that the backend may record once per batch shape and replay; only the
     //    hidden state crosses between runs. No graphs while dumping, or when the
     //    head needs several chunks (a read inside the step).
-    const bool graphs = !dumper_ && n_out <= kHeadChunk;
+    const bool offload = offload_ && !dumper_ && offload_->begin(batch.pos, segs);
+    const bool graphs = !dumper_ && !offload && n_out <= kHeadChunk;
     const uint64_t shape = uint64_t(T) | uint64_t(segs.size()) << 20 | uint64_t(n_out) << 40;
     int cur = -1, run = 0;
     bool issue = true;  // false: the backend replays a recording of this run
@@ -276,11 +302,25 @@ void TransformerModel::forward(const Batch& batch, std::vector<float>& logits) {
     enter(placement_.embed);
     if (issue) backend(cur).get_rows(token_embd_, view(pb_[size_t(cur)].ids, {T}, {}), first_rows(pb_[size_t(cur)].s.x, T));
     for (int il = 0; il < int(hp_.n_layer); ++il) {
-        enter(placement_.layer[size_t(il)]);
+        const bool streamed = offload && offload_->streams(il);
+        enter(streamed ? placement_.offload : placement_.layer[size_t(il)]);
         if (!issue) continue;
         PerBackend& p = pb_[size_t(cur)];
-        const LayerCtx c{backend(cur), hp_, p.s, p.step, *state_, il, T, dumper_.get()};
-        arch_.forward_layer(c, layers_[size_t(il)]);
+        if (streamed) {
+            // This layer's weights go over the bus while the previous one computes.
+            const LayerWeights& w = offload_->stage(il);
+            offload_->store_state(*state_);
+            const PromptOffload::LayerState ls = offload_->load_state(il, *state_);
+            const LayerCtx c{backend(cur), hp_, p.s, offload_->step(), ls.kv, ls.rs, il, T, dumper_.get()};
+            arch_.forward_layer(c, w);
+        } else {
+            const LayerCtx c{backend(cur), hp_, p.s, p.step, state_->kv(il), state_->rs(il), il, T, dumper_.get()};
+            arch_.forward_layer(c, layers_[size_t(il)]);
+        }
+    }
+    if (offload) {
+        offload_->store_state(*state_);
+        ++offloaded_batches_;
     }
 
     // Head on the requested rows only, kHeadChunk rows at a time.
@@ -324,6 +364,8 @@ std::string TransformerModel::backend_description() const {
         out += placement_.backends[bi]->name();
         if (nb > 1) out += strfmt(" layers %d-%d", first, last);
     }
+    if (offload_)
+        out += strfmt(", prompts of %d+ tokens on %s", opt_.op_offload_min_batch, offload_->target().name().c_str());
     return out;
 }
 
@@ -342,7 +384,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(n_threads)));
     pl.layer.assign(size_t(L), 0);
     int64_t ngl = 0;
-    if (opt.gpu_layers != 0 && cuda_device_count() > 0) {
+    const bool have_gpu = (opt.gpu_layers != 0 || opt.op_offload_min_batch > 0) && cuda_device_count() > 0;
+    if (opt.gpu_layers != 0 && have_gpu) {
         ngl = opt.gpu_layers > 0 ? std::min<int64_t>(opt.gpu_layers, L + 1) : 0;
         if (opt.gpu_layers == kGpuLayersAuto) {
             // The planner against what the device has free once the CUDA
@@ -365,7 +408,12 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     } else if (opt.gpu_layers > 0) {
         std::fprintf(stderr, "warning: no usable GPU; running all %lld layers on the CPU\n", (long long)L);
     }
-    if (ngl == 0) return std::make_unique<TransformerModel>(std::move(file), opt, std::move(pl));
+    if (have_gpu && opt.op_offload_min_batch > 0 && ngl < L) {
+        // Layers in host memory: big batches run them on the GPU too.
+        if (pl.backends.size() == 1) pl.backends.push_back(make_cuda_backend(0, opt.vram_limit));
+        pl.offload = 1;
+    }
+    if (pl.backends.size() == 1) return std::make_unique<TransformerModel>(std::move(file), opt, std::move(pl));
     try {
         return std::make_unique<TransformerModel>(std::move(file), opt, std::move(pl));
     } catch (const Error& e) {

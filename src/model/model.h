@@ -27,6 +27,11 @@ struct ModelOptions {
     int gpu_layers = 0;            // layers on the GPU (-ngl; > n_layer: all + head); kGpuLayersAuto: planner
     GgmlType kv_type = GgmlType::F16;  // F16 or F32
     uint64_t vram_limit = 0;       // bytes the GPU allocator may use (0 = what is free)
+    // Prompt offload: batches of at least this many tokens run the layers that
+    // live in host memory on the GPU too, their weights streamed over the bus
+    // (as llama.cpp's op offload). 0 = off. Needs a GPU; -ngl decides only
+    // where weights and state live.
+    int op_offload_min_batch = 0;
 };
 
 // One forward step. Tokens of one slot must be contiguous in the batch and have
@@ -54,6 +59,7 @@ struct Placement {
     std::vector<int> layer;  // backend index of each main layer (size n_layer)
     int embed = 0;           // token embedding lookup
     int head = 0;            // output norm + LM head
+    int offload = -1;        // prompt offload target (ModelOptions::op_offload_min_batch), -1: none
 };
 
 class Model {
@@ -86,6 +92,8 @@ public:
 
     // Short description of the placement, e.g. "CPU (8 threads)" or "CUDA 24/24 layers".
     virtual std::string backend_description() const = 0;
+    // Forward passes that ran host-memory layers on the GPU (prompt offload).
+    virtual uint64_t offloaded_batches() const { return 0; }
 };
 
 }  // namespace qinfer

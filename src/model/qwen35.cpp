@@ -64,7 +64,7 @@ void gated_attention(const LayerCtx& c, const LayerWeights& w) {
     be.rope_neox(k, c.step, int(hp.n_rot), hp.rope_base, 1.f / hp.rope_scale_linear);
     c.dump("Qcur", q);
     c.dump("Kcur", k);
-    be.attention(q, k, v, *c.state.kv(c.il), c.step, 1.f / std::sqrt(float(d)), att);
+    be.attention(q, k, v, *c.kv, c.step, 1.f / std::sqrt(float(d)), att);
     c.dump("attn_pregate", att);
     be.sigmoid_mul(att, gate, att);                    c.dump("attn_gated", att);
     be.matmul(w.attn_output, c.tok(c.s.att), out);
@@ -77,7 +77,7 @@ void gated_deltanet(const LayerCtx& c, const LayerWeights& w) {
     const HParams& hp = c.hp;
     const int64_t T = c.T, dk = hp.ssm_state, Hk = hp.ssm_k_heads, Hv = hp.ssm_v_heads;
     const int64_t Dk = dk * Hk, C = hp.ssm_conv_channels();
-    const RecurrentState& rs = *c.state.rs(c.il);
+    const RecurrentState& rs = *c.rs;
     const Tensor h = c.tok(c.s.h), out = c.tok(c.s.mix);
     const Tensor m = c.tok(c.s.qkv), u = c.tok(c.s.conv), a = c.tok(c.s.a), b = c.tok(c.s.b);
     const size_t tok = size_t(C) * 4;

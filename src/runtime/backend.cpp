@@ -72,6 +72,33 @@ std::string shape_str(const Tensor& t) {
     return s + "}";
 }
 
+size_t Backend::weight_bytes(GgmlType type, const int64_t ne[4]) const {
+    Tensor t;
+    t.type = type;
+    for (int i = 0; i < 4; ++i) t.ne[i] = ne[i];
+    set_contiguous_strides(t);
+    return t.nbytes();
+}
+
+// Host-memory backends: the blocks are copied as they are.
+Tensor Backend::stream_weight(const Tensor& arena, size_t offset, GgmlType type, const int64_t ne[4],
+                              const void* src, const char* name) {
+    const size_t bytes = weight_bytes(type, ne);
+    if (!host_memory()) fail(strfmt("%s: stream_weight is not implemented", this->name().c_str()));
+    if (arena.backend != this || offset % 256 != 0 || offset + bytes > arena.nbytes())
+        fail(strfmt("stream_weight '%s': %zu bytes at offset %zu do not fit arena '%s' (%zu bytes)", name, bytes,
+                    offset, arena.name, arena.nbytes()));
+    Tensor t;
+    t.type = type;
+    for (int i = 0; i < 4; ++i) t.ne[i] = ne[i];
+    set_contiguous_strides(t);
+    t.backend = this;
+    t.name = name;
+    t.data = static_cast<uint8_t*>(arena.data) + offset;
+    write(arena, src, bytes, offset);  // ordered after the ops already issued
+    return t;
+}
+
 void copy_between(const Tensor& src, const Tensor& dst) {
     size_t bytes = src.nbytes();
     if (!src.is_contiguous() || !dst.is_contiguous() || dst.nbytes() != bytes || src.type != dst.type)

@@ -165,6 +165,19 @@ public:
     // Copies `bytes` bytes within one tensor's buffer: dst_offset <- src_offset.
     virtual void copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offset, size_t bytes) = 0;
 
+    // ---- weights streamed from the host (prompt offload: a layer that lives on
+    // another backend runs here for one big batch, its weights copied in first)
+    // Bytes a weight of this type and shape occupies on this backend.
+    virtual size_t weight_bytes(GgmlType type, const int64_t ne[4]) const;
+    // Copies a weight's blocks (GGUF layout at host address `src`) to byte
+    // `offset` of `arena` (a buffer from alloc(); offset a multiple of 256) and
+    // returns the weight there, usable by ops until those bytes are overwritten.
+    // Ops issued after the call see the data; ops issued before it that read
+    // the same arena bytes still see the old data. `src` must stay valid until
+    // the next synchronize().
+    virtual Tensor stream_weight(const Tensor& arena, size_t offset, GgmlType type, const int64_t ne[4],
+                                 const void* src, const char* name);
+
     // ---- optional, for fast decode (the defaults run every op as issued)
     // ids[t] = argmax of logits[:, t], lowest index on ties. logits f32 [V, T],
     // ids I32 [T], both on this backend: a greedy step then copies back one id

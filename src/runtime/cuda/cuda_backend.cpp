@@ -83,6 +83,7 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
     QINFER_CUBLAS_CHECK(cublasSetWorkspace(h, scratch(cublas_ws_, size_t(32) << 20, "cublas"), size_t(32) << 20));
     graphs_enabled_ = !env_is("QINFER_CUDA_GRAPHS", "0");
     fuse_ = !env_is("QINFER_CUDA_FUSE", "0");
+    fuse_norm_ = fuse_ && !env_is("QINFER_CUDA_FUSE_NORM", "0");
     profile_ = env_is("QINFER_CUDA_PROFILE", "1");
     if (profile_) {
         graphs_enabled_ = true;  // ops are queued (so fusion happens) but never recorded
@@ -115,6 +116,8 @@ CudaBackend::~CudaBackend() {
         if (staging_[i]) cudaFreeHost(staging_[i]);
         if (staging_done_[i]) cudaEventDestroy(staging_done_[i]);
     }
+    if (compute_mark_) cudaEventDestroy(compute_mark_);
+    if (streamed_) cudaEventDestroy(streamed_);
     if (cublas_) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
     if (upload_stream_) cudaStreamDestroy(upload_stream_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -230,8 +233,13 @@ void CudaBackend::free(Tensor& t) {
     QINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
     drop_graphs();  // a recorded step may use the buffer
     device_free(t.data, it->second);
+    // Weights registered inside the buffer (upload_weight's own, or streamed into an arena).
+    const uint8_t *lo = static_cast<const uint8_t*>(t.data), *hi = lo + it->second;
     owned_.erase(it);
-    weights_.erase(t.data);
+    for (auto w = weights_.begin(); w != weights_.end();) {
+        const uint8_t* p = static_cast<const uint8_t*>(w->first);
+        w = p >= lo && p < hi ? weights_.erase(w) : std::next(w);
+    }
     wrote(t);
     t.data = nullptr;
 }
@@ -270,8 +278,26 @@ Tensor CudaBackend::upload_blocks(GgmlType type, const int64_t ne[4], const void
     owned_[dev] = l.total;
     t.data = dev;
 
-    uint8_t* d = static_cast<uint8_t*>(dev);
-    const uint8_t* src = static_cast<const uint8_t*>(data);
+    copy_weight_blocks(type, l, n_blocks, static_cast<const uint8_t*>(data), static_cast<uint8_t*>(dev));
+    cuda::DeviceWeight dw;
+    dw.type = type;
+    dw.K = ne[0];
+    dw.N = t.n_rows();
+    dw.data = static_cast<const uint8_t*>(dev);
+    dw.layout = l;
+    weights_[dev] = WeightInfo{dw};
+    upload_bytes_ += l.total;
+    upload_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    load_stats_printed_ = false;
+    return t;
+}
+
+// Streams n_blocks GGUF blocks from host memory to dst in the GPU layout:
+// repacked chunk by chunk into the pinned ring, each chunk's copies queued on
+// the upload stream (a ring buffer is reused once its previous copy is done).
+void CudaBackend::copy_weight_blocks(GgmlType type, const cuda::WeightLayout& l, int64_t n_blocks,
+                                     const uint8_t* src, uint8_t* d) {
+    const TypeTraits& tt = traits(type);
     const size_t per_block = l.main_bytes + l.qh_bytes + l.d_bytes;
     const int64_t chunk = std::max<int64_t>(1, int64_t(kStagingBytes / per_block));
     for (int64_t b0 = 0; b0 < n_blocks; b0 += chunk) {
@@ -299,17 +325,6 @@ Tensor CudaBackend::upload_blocks(GgmlType type, const int64_t ne[4], const void
                                               cudaMemcpyHostToDevice, upload_stream_));
         QINFER_CUDA_CHECK(cudaEventRecord(staging_done_[s], upload_stream_));
     }
-    cuda::DeviceWeight dw;
-    dw.type = type;
-    dw.K = ne[0];
-    dw.N = t.n_rows();
-    dw.data = d;
-    dw.layout = l;
-    weights_[dev] = WeightInfo{dw};
-    upload_bytes_ += l.total;
-    upload_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    load_stats_printed_ = false;
-    return t;
 }
 
 // Before the first op after uploads: wait for the copies, report the load.
@@ -419,6 +434,11 @@ cuda::ActQ CudaBackend::activations(GgmlType wt, const Tensor& x, int64_t K, int
     void* buf = act_buf_[i].p;
     sig(uint32_t(16), uint32_t(kind), xp, ldx, K, T, buf);
     enqueue([=, s = stream_] { cuda::quantize_act(kind, xp, int64_t(ldx), K, T, buf, s); });
+    if (deferring()) {
+        PendingOp& op = pending_.back();
+        op.kind = PendingOp::Quantize;
+        op.dest = cuda::ActDest{kind, xp, int64_t(ldx), K, T, buf};
+    }
     act_cache_[i] = ActCache{x.data, K, T, ldx, kind, true};
     return cuda::act_view(kind, buf, xp, K, T);
 }
@@ -567,6 +587,14 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Te
     const float* wp = static_cast<const float*>(w.data);
     sig(uint32_t(3), xr, wp, eps, yr);
     enqueue([=, s = stream_] { cuda::rms_norm(xr, wp, eps, yr, s); });
+    if (deferring()) {
+        PendingOp& op = pending_.back();
+        op.kind = PendingOp::Norm;
+        op.a = xr;
+        op.y = yr;
+        op.norm_w = wp;
+        op.eps = eps;
+    }
     wrote(y);
 }
 
@@ -609,6 +637,14 @@ void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& y) 
     const Rows gr = rows_of(gate, "swiglu"), ur = rows_of(up, "swiglu"), yr = rows_of(y, "swiglu");
     sig(uint32_t(7), gr, ur, yr);
     enqueue([=, s = stream_] { cuda::swiglu(gr, ur, yr, s); });
+    if (deferring()) {
+        PendingOp& op = pending_.back();
+        op.kind = PendingOp::Gate;
+        op.gate = cuda::Gate::Swiglu;
+        op.a = gr;
+        op.b = ur;
+        op.y = yr;
+    }
     wrote(y);
 }
 
@@ -617,6 +653,14 @@ void CudaBackend::sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor&
     const Rows xr = rows_of(x, "sigmoid_mul"), gr = rows_of(gate, "sigmoid_mul"), yr = rows_of(y, "sigmoid_mul");
     sig(uint32_t(8), xr, gr, yr);
     enqueue([=, s = stream_] { cuda::sigmoid_mul(xr, gr, yr, s); });
+    if (deferring()) {
+        PendingOp& op = pending_.back();
+        op.kind = PendingOp::Gate;
+        op.gate = cuda::Gate::SigmoidMul;
+        op.a = xr;
+        op.b = gr;
+        op.y = yr;
+    }
     wrote(y);
 }
 
@@ -706,9 +750,11 @@ void CudaBackend::conv1d_silu(const Tensor& x, const Tensor& w, const RecurrentS
     float* sp = static_cast<float*>(cs.data);
     const int n_slots = int(cs.ne[2]), n_seg = int(step.segments.size()), Ki = int(K);
     const cuda::Segment* seg = static_cast<const cuda::Segment*>(step.seg_t.data);
-    sig(uint32_t(13), xr, orr, wp, sp, n_slots, n_seg, Ki, C, seg);
+    int max_len = 0;
+    for (const StepInfo::Segment& sg : step.segments) max_len = std::max(max_len, int(sg.count));
+    sig(uint32_t(13), xr, orr, wp, sp, n_slots, n_seg, Ki, C, seg, max_len);
     enqueue([=, s = stream_] {
-        cuda::conv1d_silu(xr.data, xr.s1, wp, Ki, C, sp, n_slots, seg, n_seg, orr.data, orr.s1, s);
+        cuda::conv1d_silu(xr.data, xr.s1, wp, Ki, C, sp, n_slots, seg, n_seg, max_len, orr.data, orr.s1, s);
     });
     wrote(cs);
     wrote(out);
@@ -813,7 +859,10 @@ void CudaBackend::destroy_graph(GraphRec& g) {
 // Peephole fusion on the way: adjacent quantized matvecs over the same
 // activations become one launch, and an add that consumes the last one's
 // output right after it becomes its epilogue (both outputs still written, so
-// the result is the same as running the ops one by one).
+// the result is the same as running the ops one by one). An rms_norm, swiglu or
+// sigmoid_mul whose output rows are exactly what the activation quantization
+// right after it reads is computed inside that quantization (its output still
+// written; the quants bit-identical to the two ops one by one).
 void CudaBackend::run_pending(const std::vector<void*>* pinned) {
     const size_t n = pending_.size();
     // Profiling: the stream is held while a run of up to kHeld ops is queued
@@ -859,6 +908,19 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
             QINFER_CUDA_CHECK(cudaMemcpyAsync(p.dst, src, p.data.size(), cudaMemcpyHostToDevice, stream_));
             ++i;
             continue;
+        }
+        if (fuse_norm_ && (op.kind == PendingOp::Norm || op.kind == PendingOp::Gate) && i + 1 < n &&
+            pending_[i + 1].kind == PendingOp::Quantize) {
+            const cuda::ActDest& q = pending_[i + 1].dest;
+            const bool norm = op.kind == PendingOp::Norm;
+            if (norm ? cuda::rms_norm_quantize_fits(op.a, op.y, q) : cuda::gate_quantize_fits(op.a, op.b, op.y, q)) {
+                if (prof) before("fused: " + op.label + " + " + pending_[i + 1].label);
+                if (norm) cuda::rms_norm_quantize(op.a, op.norm_w, op.eps, op.y, q, stream_);
+                else cuda::gate_quantize(op.gate, op.a, op.b, op.y, q, stream_);
+                after();
+                i += 2;
+                continue;
+            }
         }
         if (op.kind != PendingOp::Matvec || !fuse_) {
             before(op.label);

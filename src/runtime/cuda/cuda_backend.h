@@ -55,6 +55,10 @@ public:
     void copy(const Tensor& src, const Tensor& dst) override;
     void copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offset, size_t bytes) override;
 
+    size_t weight_bytes(GgmlType type, const int64_t ne[4]) const override;
+    Tensor stream_weight(const Tensor& arena, size_t offset, GgmlType type, const int64_t ne[4], const void* src,
+                         const char* name) override;
+
     void argmax(const Tensor& logits, const Tensor& ids) override;
     bool begin_graph(uint64_t key) override;
     void end_graph() override;
@@ -83,6 +87,8 @@ private:
     void device_free(void* p, size_t bytes);
     cuda::DeviceWeight device_weight(const Tensor& w) const;
     Tensor upload_blocks(GgmlType type, const int64_t ne[4], const void* data, const char* name);
+    void copy_weight_blocks(GgmlType type, const cuda::WeightLayout& l, int64_t n_blocks, const uint8_t* src,
+                            uint8_t* dst);
     // Quantized activations of x for weight type wt, reusing the last result
     // while x was not written since.
     cuda::ActQ activations(GgmlType wt, const Tensor& x, int64_t K, int64_t T);
@@ -109,6 +115,9 @@ private:
     double upload_s_ = 0;
     uint64_t upload_bytes_ = 0;
     bool load_stats_printed_ = false;
+    // stream_weight: the upload stream waits for the compute stream's earlier
+    // ops (they may still read the arena) and the compute stream for the copy.
+    cudaEvent_t compute_mark_ = nullptr, streamed_ = nullptr;
 
     Scratch act_buf_[2];
     struct ActCache {
@@ -138,14 +147,21 @@ private:
         std::function<void()> run;  // empty for a write (payload index)
         int payload = -1;
         // What peephole fusion at flush needs to know (kind 0: opaque).
-        enum Kind { Opaque = 0, Matvec = 1, Add = 2 } kind = Opaque;
+        enum Kind { Opaque = 0, Matvec = 1, Add = 2, Norm = 3, Gate = 4, Quantize = 5 } kind = Opaque;
         cuda::MatvecJob mv;  // Matvec: quantized weight, T <= 8
         cuda::ActQ act;
         int64_t T = 0;
-        cuda::Rows a, b, y;  // Add
+        cuda::Rows a, b, y;  // Add, Gate (a, b -> y), Norm (a -> y)
+        const float* norm_w = nullptr;  // Norm: rms_norm weight and eps
+        float eps = 0.f;
+        cuda::Gate gate = cuda::Gate::Swiglu;
+        cuda::ActDest dest;  // Quantize: what it quantizes, and where to
         std::string label;   // QINFER_CUDA_PROFILE only
     };
     bool fuse_ = true;
+    // rms_norm / swiglu / sigmoid_mul computed inside the activation quantization
+    // that follows them (QINFER_CUDA_FUSE_NORM=0 turns just this off).
+    bool fuse_norm_ = true;
     struct GraphRec {
         std::vector<uint8_t> sig;
         cudaGraphExec_t exec = nullptr;
