@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
 # Split CPU/GPU execution on the 4B-shaped Q4_K_M model: throughput for
-# -ngl 0/8/16/24/all, --gpu-layers auto under 8/12/24 GiB limits and the whole
+# -ngl 0/8/16/24/all with and without prompt offload, --gpu-layers auto under 8/12/24 GiB limits and the whole
 # device, and the out-of-memory path (a clear error and exit 1, no crash).
 #   bash 35-placement.sh BUILD_DIR REF_DIR OUT_DIR
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh" "$@"
 need_bench_model
 T=$(( $(nproc) ))
-echo "== -ngl sweep ($T threads): pp512 / tg64"
+echo "== -ngl sweep ($T threads): pp512 / tg64 (prompt offload from 32 tokens, the default)"
 for ngl in 0 8 16 24 all; do
   timeout 240 "$Q" bench -m "$f" -p 512 -n 64 -r 2 -t "$T" -ngl "$ngl" -o md 2>"$OUT/ngl-$ngl.err" | grep -E "pp512|tg64" | sed "s/^/ngl $ngl /" \
     || { echo "ngl $ngl FAILED"; tail -3 "$OUT/ngl-$ngl.err"; }
-  grep -iE "transfer|cross" "$OUT/ngl-$ngl.err" | head -2
+done
+echo "== the same prompts without prompt offload (--no-op-offload): pp512"
+for ngl in 0 16 24; do
+  timeout 240 "$Q" bench -m "$f" -p 512 -n 0 -r 2 -t "$T" -ngl "$ngl" --no-op-offload -o md 2>"$OUT/ngl-$ngl-nooff.err" | grep -E "pp512" | sed "s/^/ngl $ngl no-offload /" \
+    || { echo "ngl $ngl no-offload FAILED"; tail -3 "$OUT/ngl-$ngl-nooff.err"; }
+done
+echo "== where prompt offload starts to pay (-ngl 0 and 16): pp32..256, offload from 1 token vs never"
+for ngl in 0 16; do
+  for mb in 1 0; do
+    timeout 240 "$Q" bench -m "$f" -p 32,64,128,256 -n 0 -r 2 -t "$T" -ngl "$ngl" --op-offload-min-batch "$mb" -o md 2>>"$OUT/offload-threshold.err" \
+      | grep -E "pp[0-9]" | sed "s/^/ngl $ngl min-batch $mb /" || echo "ngl $ngl min-batch $mb FAILED"
+  done
+done
+echo "== time to first token, 4096-token prompt, -ngl 16 with and without prompt offload"
+for extra in "" "--no-op-offload"; do
+  timeout 240 "$Q" bench -m "$f" -p 4096 -n 0 -r 1 -t "$T" -ngl 16 $extra -o md 2>/dev/null | grep -E "pp4096|TTFT" | sed "s/^/ngl 16 ${extra:-offload} /"
 done
 echo "== --gpu-layers auto"
 for lim in 8GiB 12GiB 24GiB none; do

@@ -3,6 +3,8 @@
 // final norm and LM head for the requested rows. The per-layer math lives in
 // qwen2.cpp / qwen3.cpp / qwen35.cpp.
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <cstdio>
 #include <set>
 
@@ -90,7 +92,32 @@ private:
     std::unique_ptr<Dumper> dumper_;
     std::unique_ptr<PromptOffload> offload_;
     uint64_t offloaded_batches_ = 0;
+
+    // QINFER_STEP_TIMES=1: wall time per backend run (CPU runs compute as they
+    // are issued; a GPU run's time is mostly the wait for its results at the
+    // next hand-over or logits read), printed when the model is destroyed.
+    struct RunTimes {
+        double seconds = 0;
+        uint64_t runs = 0;
+    };
+    bool time_runs_ = false;
+    std::map<std::string, RunTimes> run_times_;  // "decode CPU", "prompt CUDA0", ...
+    uint64_t timed_steps_[2] = {0, 0};            // decode (T <= 8), prompt
+
+public:
+    ~TransformerModel() override;
 };
+
+TransformerModel::~TransformerModel() {
+    if (!time_runs_ || run_times_.empty()) return;
+    std::fprintf(stderr, "step times (QINFER_STEP_TIMES): %llu decode steps, %llu prompt steps\n",
+                 (unsigned long long)timed_steps_[0], (unsigned long long)timed_steps_[1]);
+    for (const auto& [name, t] : run_times_) {
+        const uint64_t steps = timed_steps_[name.rfind("decode", 0) == 0 ? 0 : 1];
+        std::fprintf(stderr, "  %-28s %9.3f ms per step (%llu runs)\n", name.c_str(),
+                     1e3 * t.seconds / double(std::max<uint64_t>(steps, 1)), (unsigned long long)t.runs);
+    }
+}
 
 TransformerModel::TransformerModel(std::unique_ptr<gguf::File> file, const ModelOptions& opt, Placement placement)
     : file_(std::move(file)),
@@ -166,6 +193,8 @@ TransformerModel::TransformerModel(std::unique_ptr<gguf::File> file, const Model
     for (size_t bi = 0; bi < nb; ++bi)
         if (used_[bi]) alloc_scratch(int(bi), attn[bi], rec[bi]);
     dumper_ = Dumper::from_env();
+    const char* st = std::getenv("QINFER_STEP_TIMES");
+    time_runs_ = st && *st && std::string(st) != "0";
 }
 
 void TransformerModel::alloc_scratch(int bi, bool attn, bool rec) {
@@ -280,11 +309,22 @@ void TransformerModel::forward(const Batch& batch, std::vector<float>& logits) {
     const uint64_t shape = uint64_t(T) | uint64_t(segs.size()) << 20 | uint64_t(n_out) << 40;
     int cur = -1, run = 0;
     bool issue = true;  // false: the backend replays a recording of this run
+    auto t_run = std::chrono::steady_clock::now();
+    const char* kind = T <= 8 ? "decode " : "prompt ";
+    auto end_run = [&] {
+        if (!time_runs_ || cur < 0) return;
+        const auto now = std::chrono::steady_clock::now();
+        RunTimes& rt = run_times_[kind + backend(cur).name()];
+        rt.seconds += std::chrono::duration<double>(now - t_run).count();
+        ++rt.runs;
+        t_run = now;
+    };
     auto enter = [&](int bi) {
         if (bi == cur) return;
         if (cur >= 0) {
             if (graphs) backend(cur).end_graph();
             copy_between(first_rows(pb_[size_t(cur)].s.x, T), first_rows(pb_[size_t(bi)].s.x, T));
+            end_run();
         }
         cur = bi;
         issue = !graphs || backend(bi).begin_graph(shape ^ (uint64_t(run++) << 56));
@@ -345,6 +385,10 @@ void TransformerModel::forward(const Batch& batch, std::vector<float>& logits) {
         if (n_out > 0) be.read(p.logits, logits.data(), size_t(n_out * V) * 4);
     }
     abort_guard.armed = false;
+    if (time_runs_) {
+        end_run();
+        ++timed_steps_[T <= 8 ? 0 : 1];
+    }
     for (const StepInfo::Segment& sg : segs) state_->set_length(sg.slot, sg.pos0 + sg.count);
 }
 
