@@ -1,9 +1,16 @@
 // Gated DeltaNet pieces (spec/models.md §5.6): the causal depthwise conv with
 // its rolling state, and the gated delta rule with an f32 state.
 //
-// Delta rule: the state of one value head is d_v rows of d_k; a warp owns a few
-// rows with the keys spread over its lanes, so a token costs one pass over the
-// state, which stays in registers for all tokens of a segment.
+// The conv is parallel over channels and tokens. The delta rule has two
+// kernels: a token-serial one for decode and short segments (the state of a
+// few rows stays in registers, one pass over it per token), and a chunked one
+// for prompts (§5.7) that turns 32 tokens at a time into small matrix products.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
 #include "common/error.h"
 #include "runtime/cuda/cuda_common.cuh"
 #include "runtime/cuda/kernels.h"
@@ -12,35 +19,69 @@ namespace qinfer::cuda {
 
 namespace {
 
-// One thread per (channel, segment): window of the last K-1 raw inputs in registers.
+// ---- causal conv + SiLU
+// Thread (channel, tile of CONV_TT tokens of one segment): the window of K-1
+// earlier raw inputs comes from the conv state for the first K-1 tokens of the
+// segment and from x after that, so tiles are independent. The sum runs in the
+// CPU backend's order without FMA contraction (same rounding as the CPU).
+constexpr int CONV_THREADS = 128;
+constexpr int CONV_TT = 16;  // tokens per thread; >= K-1, so only tile 0 reads the state
+
 template <int K>
-__global__ void conv1d_silu_kernel(const float* __restrict__ x, int64_t ldx, const float* __restrict__ w, int64_t C,
-                                   float* __restrict__ state, const Segment* __restrict__ seg, float* __restrict__ out,
-                                   int64_t ldo) {
-    const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+__global__ void __launch_bounds__(CONV_THREADS)
+    conv1d_silu_kernel(const float* __restrict__ x, int64_t ldx, const float* __restrict__ w, int64_t C,
+                       float* __restrict__ state, const Segment* __restrict__ seg, float* __restrict__ out,
+                       int64_t ldo) {
+    static_assert(K - 1 <= CONV_TT, "the state is read by tile 0 only");
+    const int64_t c = int64_t(blockIdx.x) * CONV_THREADS + threadIdx.x;
     if (c >= C) return;
-    const Segment sg = seg[blockIdx.y];
-    float* st = state + int64_t(sg.slot) * (K - 1) * C + c;  // row r at st[r * C]
-    float win[K];
-#pragma unroll
-    for (int r = 0; r < K - 1; ++r) win[r] = st[r * C];
+    const Segment sg = seg[blockIdx.z];
+    const int t0 = int(blockIdx.y) * CONV_TT;  // segment-relative
+    if (t0 > 0 && t0 >= sg.count) return;     // tile 0 always runs: it writes the new state
+    float* st = state + int64_t(sg.slot) * (K - 1) * C + c;  // state row r at st[r * C]
     float wc[K];
 #pragma unroll
-    for (int r = 0; r < K; ++r) wc[r] = w[c * K + r];
-    for (int t = 0; t < sg.count; ++t) {
+    for (int r = 0; r < K; ++r) wc[r] = __ldg(w + c * K + r);
+    // win[r] = input of token t0 - (K-1) + r; negative tokens are state rows
+    float win[K];
+#pragma unroll
+    for (int r = 0; r < K - 1; ++r) {
+        const int tt = t0 - (K - 1) + r;
+        win[r] = tt < 0 ? st[int64_t(tt + K - 1) * C] : __ldg(x + int64_t(sg.first + tt) * ldx + c);
+    }
+    float old[K - 1];  // the state before this call (tile 0 only)
+#pragma unroll
+    for (int r = 0; r < K - 1; ++r) old[r] = win[r];
+    const int t1 = min(t0 + CONV_TT, sg.count);
+    for (int t = t0; t < t1; ++t) {
         const int64_t tok = sg.first + t;
-        win[K - 1] = x[tok * ldx + c];
+        win[K - 1] = __ldg(x + tok * ldx + c);
         float acc = 0.f;
 #pragma unroll
-        for (int r = 0; r < K; ++r) acc += wc[r] * win[r];
+        for (int r = 0; r < K; ++r) acc = __fadd_rn(acc, __fmul_rn(wc[r], win[r]));
         out[tok * ldo + c] = silu(acc);
 #pragma unroll
         for (int r = 0; r < K - 1; ++r) win[r] = win[r + 1];
     }
+    if (t0 == 0) {
+        // new state row r = element count + r of [old state; segment inputs]
 #pragma unroll
-    for (int r = 0; r < K - 1; ++r) st[r * C] = win[r];
+        for (int r = 0; r < K - 1; ++r) {
+            const int idx = sg.count + r;
+            float val = 0.f;
+            if (idx < K - 1) {
+#pragma unroll
+                for (int i = 0; i < K - 1; ++i)
+                    if (i == idx) val = old[i];
+            } else {
+                val = __ldg(x + int64_t(sg.first + idx - (K - 1)) * ldx + c);
+            }
+            st[int64_t(r) * C] = val;
+        }
+    }
 }
 
+// ---- gated delta rule, token-serial
 constexpr int GDR_WARPS = 4;
 constexpr int GDR_ROWS = 4;  // value rows per warp
 
@@ -138,28 +179,329 @@ __global__ void __launch_bounds__(GDR_WARPS * WARP) gdr_seq_kernel(DeltaArgs p, 
             for (int i = 0; i < KPL; ++i) S[int64_t(r0 + r) * dk + lane + 32 * i] = s[r][i];
 }
 
+
+// ---- gated delta rule, chunked (spec/models.md §5.7)
+//
+// Design. Block = (32 value rows c0.., value head j, segment), 256 threads; the
+// 32 x d_k slice of S stays in shared memory for the whole segment (rows of S
+// are independent: k, q, g, beta are shared, v and S are per row). Per chunk
+// of CT = 32 tokens (gamma = inclusive cumsum of g, Gamma = exp(gamma)):
+//   Z = [K; Q] [K; S0]^T    one 64 x 64 x d_k f32 tile product: k.k, q.k, S0 k, S0 q
+//   A = beta_r (k_r.k_s) exp(gamma_r - gamma_s), s < r     P = (q_r.k_s) exp(..), s <= r
+//   R = beta_r (v_r - Gamma_r S0 k_r);  U = (I + A)^-1 R    forward substitution, shuffles
+//   o_r = scale (Gamma_r S0 q_r + sum_s P[r][s] u_s)
+//   S0 <- Gamma_n S0 + sum_s exp(gamma_n - gamma_s) u_s k_s^T
+// Exponents are always differences (s <= r), never ratios of Gammas. Padded
+// tokens of a short chunk have k = q = v = 0, g = 0, beta = 0 and change
+// nothing. All f32 with FMA: per chunk the error is that of a 128-term dot
+// product, not of 32 serial steps, and the state is carried exactly as in the
+// serial form (no renormalisation), so long prompts do not drift.
+//
+// Cost, d_k = d_v = 128, per block and 32-token chunk: Z 524K FMA, state update
+// 131K, output 17K, substitution 16K (32 steps of shuffle latency) = ~690K FMA
+// = 5.4K cycles of one SM's 128 FP32 lanes; with ~70% issue efficiency and
+// ~2K cycles of barriers and latency, ~9.5K cycles = ~5 us per chunk. Hv = 32
+// heads x 4 row blocks = 128 blocks, one per SM on a 132-SM H200, so per
+// layer: T = 512 (16 chunks) ~75 us (serial: 329 us measured), T = 4096 ~600 us;
+// FP32 peak bound 45 us at T = 512. Memory is minor: k and q are read once per
+// block (8 blocks share a key head, L2 hits), 64 KB of S per head.
+// The next step would be the Z product on the tensor cores in 3xTF32.
+__device__ __forceinline__ float4 ld16f(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+
+constexpr int CT = 32;   // tokens per chunk (= warp size: the scan and the substitution use lanes)
+constexpr int CV = 32;   // value rows of S per block
+constexpr int CNT = 256; // threads per block (8 warps)
+
+template <int DK>
+struct ChunkSmem {
+    alignas(16) float k[CT][DK + 4];  // +4: rows start on different banks for 16-byte loads
+    alignas(16) float q[CT][DK + 4];
+    alignas(16) float s[CV][DK + 4];  // S rows c0..c0+CV of value head j (key index contiguous)
+    float v[CT][CV + 1];
+    float A[CT][CT + 1];
+    float P[CT][CT + 1];
+    float u[CT][CV + 1];  // R, then U in place
+    float o[CT][CV + 1];  // Gamma_r S0 q_r
+    float gam[CT], beta[CT], eg[CT], wl[CT];  // gamma, beta, exp(gamma), exp(gamma_n - gamma)
+};
+
+template <int DK>
+__global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Segment* __restrict__ seg) {
+    constexpr int KQ = DK / 4;              // float4 per key row
+    constexpr int LDQ = CT * KQ / CNT;      // float4 of k (and of q) each thread stages per chunk
+    constexpr int LDV = CT * CV / CNT;      // v elements each thread stages per chunk
+    static_assert(CT * KQ % CNT == 0 && CT * CV % CNT == 0, "staging split");
+    extern __shared__ float4 smem_raw[];
+    ChunkSmem<DK>& sm = *reinterpret_cast<ChunkSmem<DK>*>(smem_raw);
+
+    const int tid = threadIdx.x, lane = tid % WARP, wid = tid / WARP;
+    const int c0 = blockIdx.x * CV, j = blockIdx.y, kh = j % p.Hk;
+    const Segment sg = seg[blockIdx.z];
+    const int dv = p.dv;
+    float* S = p.S + ((int64_t(sg.slot) * p.Hv + j) * dv + c0) * DK;
+    const float scale = rsqrtf(float(DK));
+    const float dtb = p.dt_bias[j], Aj = p.ssm_a[j];
+
+    for (int i = tid; i < CV * KQ; i += CNT) {
+        const int r = i / KQ, d = (i % KQ) * 4;
+        *reinterpret_cast<float4*>(&sm.s[r][d]) = *reinterpret_cast<const float4*>(S + int64_t(r) * DK + d);
+    }
+
+    // Inputs of the next chunk are staged in registers while this one computes.
+    float4 nk[LDQ], nq[LDQ];
+    float nv[LDV], na = 0.f, nb = 0.f;
+    auto stage = [&](int t0) {
+        const int n = min(CT, sg.count - t0);
+#pragma unroll
+        for (int i = 0; i < LDQ; ++i) {
+            const int e = tid + i * CNT, r = e / KQ, d = (e % KQ) * 4;
+            nk[i] = nq[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (r < n) {
+                const int64_t t = sg.first + t0 + r;
+                nk[i] = ld16f(p.k + t * p.k_t + kh * p.k_h + d);
+                nq[i] = ld16f(p.q + t * p.q_t + kh * p.q_h + d);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < LDV; ++i) {
+            const int e = tid + i * CNT, r = e / CV, c = e % CV;
+            nv[i] = r < n ? __ldg(p.v + int64_t(sg.first + t0 + r) * p.v_t + int64_t(j) * p.v_h + c0 + c) : 0.f;
+        }
+        if (wid == 0 && lane < n) {
+            const int64_t t = sg.first + t0 + lane;
+            na = __ldg(p.a + t * p.a_t + j);
+            nb = __ldg(p.b + t * p.b_t + j);
+        }
+    };
+    if (sg.count > 0) stage(0);
+
+    for (int t0 = 0; t0 < sg.count; t0 += CT) {
+        const int n = min(CT, sg.count - t0);
+        __syncthreads();  // the previous chunk is done with k, q, v, u and the S slice is in place
+#pragma unroll
+        for (int i = 0; i < LDQ; ++i) {
+            const int e = tid + i * CNT, r = e / KQ, d = (e % KQ) * 4;
+            *reinterpret_cast<float4*>(&sm.k[r][d]) = nk[i];
+            *reinterpret_cast<float4*>(&sm.q[r][d]) = nq[i];
+        }
+#pragma unroll
+        for (int i = 0; i < LDV; ++i) {
+            const int e = tid + i * CNT;
+            sm.v[e / CV][e % CV] = nv[i];
+        }
+        if (wid == 0) {
+            float g = 0.f, be = 0.f;
+            if (lane < n) {
+                g = softplus(na + dtb) * Aj;
+                be = sigmoid(nb);
+            }
+#pragma unroll
+            for (int o = 1; o < WARP; o <<= 1) {  // inclusive prefix sum over the chunk
+                const float y = __shfl_up_sync(0xffffffffu, g, o);
+                if (lane >= o) g += y;
+            }
+            const float last = __shfl_sync(0xffffffffu, g, WARP - 1);
+            sm.gam[lane] = g;
+            sm.beta[lane] = be;
+            sm.eg[lane] = expf(g);
+            sm.wl[lane] = expf(last - g);
+        }
+        if (t0 + CT < sg.count) stage(t0 + CT);
+        __syncthreads();
+
+        // Z = [K; Q] [K; S0]^T: thread rows tr + 16 i (i < 2: k, else q), cols tc + 16 i2
+        // (i2 < 2: k, else S rows). Strided so a quarter warp reads 8 consecutive rows.
+        {
+            const int tr = tid / 16, tc = tid % 16;
+            const float* xr[4] = {sm.k[tr], sm.k[tr + 16], sm.q[tr], sm.q[tr + 16]};
+            const float* yr[4] = {sm.k[tc], sm.k[tc + 16], sm.s[tc], sm.s[tc + 16]};
+            float acc[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int i2 = 0; i2 < 4; ++i2) acc[i][i2] = 0.f;
+#pragma unroll 4
+            for (int d = 0; d < DK; d += 4) {
+                float4 xv[4], yv[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) xv[i] = *reinterpret_cast<const float4*>(xr[i] + d);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) yv[i] = *reinterpret_cast<const float4*>(yr[i] + d);
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int i2 = 0; i2 < 4; ++i2) {
+                        float a = acc[i][i2];
+                        a = fmaf(xv[i].x, yv[i2].x, a);
+                        a = fmaf(xv[i].y, yv[i2].y, a);
+                        a = fmaf(xv[i].z, yv[i2].z, a);
+                        a = fmaf(xv[i].w, yv[i2].w, a);
+                        acc[i][i2] = a;
+                    }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int i2 = 0; i2 < 4; ++i2) {
+                    const int r = tr + 16 * (i & 1), cc = tc + 16 * (i2 & 1);
+                    const float z = acc[i][i2];
+                    if (i < 2 && i2 < 2)  // k_r . k_cc
+                        sm.A[r][cc] = cc < r ? sm.beta[r] * z * expf(sm.gam[r] - sm.gam[cc]) : 0.f;
+                    else if (i2 < 2)  // q_r . k_cc
+                        sm.P[r][cc] = cc <= r ? z * expf(sm.gam[r] - sm.gam[cc]) : 0.f;
+                    else if (i < 2)  // S0 row cc . k_r
+                        sm.u[r][cc] = sm.beta[r] * (sm.v[r][cc] - sm.eg[r] * z);
+                    else  // S0 row cc . q_r
+                        sm.o[r][cc] = sm.eg[r] * z;
+                }
+        }
+        __syncthreads();
+
+        // U = (I + A)^-1 R by forward substitution. Warp w solves columns 4w..4w+3;
+        // lane (cl, rg) holds rows rg + 8 i of column 4w + cl. Row s is final at
+        // step s (A is strictly lower) and is broadcast from its lane.
+        {
+            const int cl = lane / 8, rg = lane % 8, c = wid * 4 + cl;
+            float x[CT / 8];
+#pragma unroll
+            for (int i = 0; i < CT / 8; ++i) x[i] = sm.u[rg + 8 * i][c];
+#pragma unroll
+            for (int s = 0; s < CT; ++s) {
+                const float us = __shfl_sync(0xffffffffu, x[s / 8], (lane & ~7) | (s % 8));
+#pragma unroll
+                for (int i = 0; i < CT / 8; ++i) x[i] = fmaf(-sm.A[rg + 8 * i][s], us, x[i]);
+            }
+#pragma unroll
+            for (int i = 0; i < CT / 8; ++i) sm.u[rg + 8 * i][c] = x[i];
+        }
+        __syncthreads();
+
+        // Outputs: warp w, rows w + 8 i, lane = value row. Reads u, P, o.
+        {
+            const int c = lane;
+#pragma unroll
+            for (int i = 0; i < CT / 8; ++i) {
+                const int r = wid + 8 * i;
+                float acc = sm.o[r][c];
+                for (int s = 0; s <= r; ++s) acc = fmaf(sm.P[r][s], sm.u[s][c], acc);
+                if (r < n) p.out[(int64_t(sg.first + t0 + r) * p.Hv + j) * dv + c0 + c] = acc * scale;
+            }
+        }
+        // State: thread keys 4 kq .. 4 kq + 3 of rows cg + NCG i. Reads u, k; writes s
+        // (read by no other phase of this chunk).
+        {
+            constexpr int NCG = CNT / KQ, RPT = CV / NCG;
+            static_assert(CNT % KQ == 0 && CV % NCG == 0, "state update split");
+            const int kq = tid % KQ, cg = tid / KQ;
+            const float dl = sm.eg[CT - 1];
+            float4 acc[RPT];
+#pragma unroll
+            for (int i = 0; i < RPT; ++i) {
+                const float4 s0 = *reinterpret_cast<const float4*>(&sm.s[cg + NCG * i][4 * kq]);
+                acc[i] = make_float4(s0.x * dl, s0.y * dl, s0.z * dl, s0.w * dl);
+            }
+            for (int s = 0; s < n; ++s) {
+                const float4 kv = *reinterpret_cast<const float4*>(&sm.k[s][4 * kq]);
+                const float wl = sm.wl[s];
+#pragma unroll
+                for (int i = 0; i < RPT; ++i) {
+                    const float us = sm.u[s][cg + NCG * i] * wl;
+                    acc[i].x = fmaf(us, kv.x, acc[i].x);
+                    acc[i].y = fmaf(us, kv.y, acc[i].y);
+                    acc[i].z = fmaf(us, kv.z, acc[i].z);
+                    acc[i].w = fmaf(us, kv.w, acc[i].w);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < RPT; ++i) *reinterpret_cast<float4*>(&sm.s[cg + NCG * i][4 * kq]) = acc[i];
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < CV * KQ; i += CNT) {
+        const int r = i / KQ, d = (i % KQ) * 4;
+        *reinterpret_cast<float4*>(S + int64_t(r) * DK + d) = *reinterpret_cast<const float4*>(&sm.s[r][d]);
+    }
+}
+
+// Opts the kernel in to its shared memory size on the current device (once per device).
+template <int DK>
+void launch_chunked(const DeltaArgs& a, const Segment* seg, int n_seg, cudaStream_t s) {
+    constexpr int kMaxDevices = 64;
+    static std::atomic<bool> raised[kMaxDevices];
+    const size_t bytes = sizeof(ChunkSmem<DK>);
+    int dev = 0;
+    QINFER_CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= kMaxDevices || !raised[dev].load()) {
+        QINFER_CUDA_CHECK(cudaFuncSetAttribute(gdr_chunk_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(bytes)));
+        if (dev < kMaxDevices) raised[dev].store(true);
+    }
+    const dim3 grid(static_cast<unsigned>(a.dv / CV), static_cast<unsigned>(a.Hv), static_cast<unsigned>(n_seg));
+    gdr_chunk_kernel<DK><<<grid, CNT, bytes, s>>>(a, seg);
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// The chunked kernel's preconditions: a head dim it is built for, whole row
+// blocks, and 16-byte aligned q / k rows.
+bool chunked_fits(const DeltaArgs& a) {
+    return (a.dk == 64 || a.dk == 128) && a.dv % CV == 0 && aligned16(a.q) && aligned16(a.k) && a.q_t % 4 == 0 &&
+           a.k_t % 4 == 0 && a.q_h % 4 == 0 && a.k_h % 4 == 0;
+}
+
+// Auto picks the chunked kernel for a launch whose longest segment has at least
+// this many tokens (it then takes every segment of the launch; short ones cost
+// it one padded chunk, in parallel with the long ones). Predicted crossover: a
+// chunk costs ~5 us whatever its length, a serial token ~0.65 us (329 us / 512
+// measured), so ~8 tokens; 16 keeps decode, speculative and small-batch steps
+// on the serial kernel, which they ran on before, at a cost of at most ~5 us.
+constexpr int kGdrChunkMinTokens = 16;
+
+// QINFER_CUDA_GDR=serial|chunked forces one kernel (A/B runs); default: by segment length.
+GdrPath env_path() {
+    static const GdrPath p = [] {
+        const char* v = std::getenv("QINFER_CUDA_GDR");
+        if (!v || !*v) return GdrPath::Auto;
+        if (std::strcmp(v, "serial") == 0) return GdrPath::Serial;
+        if (std::strcmp(v, "chunked") == 0) return GdrPath::Chunked;
+        fail(strfmt("QINFER_CUDA_GDR=%s: expected serial or chunked", v));
+    }();
+    return p;
+}
+
 }  // namespace
 
 void conv1d_silu(const float* x, int64_t ldx, const float* w, int K, int64_t C, float* state, int n_slots,
-                 const Segment* seg, int n_seg, float* out, int64_t ldo, cudaStream_t s) {
+                 const Segment* seg, int n_seg, int max_seg_len, float* out, int64_t ldo, cudaStream_t s) {
     (void)n_slots;
     if (n_seg == 0) return;
-    const dim3 grid(static_cast<unsigned>(ceil_div(C, 128)), static_cast<unsigned>(n_seg));
+    const dim3 grid(static_cast<unsigned>(ceil_div(C, CONV_THREADS)),
+                    static_cast<unsigned>(std::max(1, ceil_div(max_seg_len, CONV_TT))), static_cast<unsigned>(n_seg));
     switch (K) {
-        case 2: conv1d_silu_kernel<2><<<grid, 128, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
-        case 3: conv1d_silu_kernel<3><<<grid, 128, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
-        case 4: conv1d_silu_kernel<4><<<grid, 128, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
-        case 5: conv1d_silu_kernel<5><<<grid, 128, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
-        case 6: conv1d_silu_kernel<6><<<grid, 128, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
+        case 2: conv1d_silu_kernel<2><<<grid, CONV_THREADS, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
+        case 3: conv1d_silu_kernel<3><<<grid, CONV_THREADS, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
+        case 4: conv1d_silu_kernel<4><<<grid, CONV_THREADS, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
+        case 5: conv1d_silu_kernel<5><<<grid, CONV_THREADS, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
+        case 6: conv1d_silu_kernel<6><<<grid, CONV_THREADS, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
         default: fail(strfmt("CUDA conv1d: kernel size %d not supported (2..6)", K));
     }
     QINFER_CUDA_LAUNCHED("conv1d_silu");
 }
 
-void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max_seg_len, cudaStream_t s) {
-    (void)max_seg_len;
+void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max_seg_len, cudaStream_t s,
+                      GdrPath path) {
     if (n_seg == 0) return;
     if (a.Hv % a.Hk != 0) fail(strfmt("CUDA delta rule: %d value heads over %d key heads", a.Hv, a.Hk));
+    if (path == GdrPath::Auto) path = env_path();
+    if (path == GdrPath::Auto) path = max_seg_len >= kGdrChunkMinTokens ? GdrPath::Chunked : GdrPath::Serial;
+    if (path == GdrPath::Chunked && chunked_fits(a)) {
+        if (a.dk == 128)
+            launch_chunked<128>(a, seg, n_seg, s);
+        else
+            launch_chunked<64>(a, seg, n_seg, s);
+        QINFER_CUDA_LAUNCHED("gated_delta_rule (chunked)");
+        return;
+    }
     const int rows_per_block = GDR_WARPS * GDR_ROWS;
     const dim3 grid(static_cast<unsigned>(ceil_div(a.dv, rows_per_block)), static_cast<unsigned>(a.Hv),
                     static_cast<unsigned>(n_seg));

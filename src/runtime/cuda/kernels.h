@@ -132,8 +132,9 @@ struct Segment {  // as StepInfo::Segment
     int32_t first, count, slot, pos0;
 };
 // conv state {C, K-1, n_slots} f32; x, out [T][C] (row strides ldx / ldo floats); w {K, C}.
+// max_seg_len: the longest segment's token count (sizes the grid).
 void conv1d_silu(const float* x, int64_t ldx, const float* w, int K, int64_t C, float* state, int n_slots,
-                 const Segment* seg, int n_seg, float* out, int64_t ldo, cudaStream_t s);
+                 const Segment* seg, int n_seg, int max_seg_len, float* out, int64_t ldo, cudaStream_t s);
 struct DeltaArgs {
     const float* q; const float* k; const float* v;   // per token rows: q/k [Hk][dk], v [Hv][dv]
     int64_t q_t, k_t, v_t;                             // token strides (floats); heads contiguous at dk / dv
@@ -144,7 +145,13 @@ struct DeltaArgs {
     float* out;                                        // [T][Hv][dv] contiguous
     int dk, dv, Hk, Hv;
 };
-void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max_seg_len, cudaStream_t s);
+// Token-serial kernel (decode, short segments) or chunked kernel (prompts); Auto
+// picks by max_seg_len unless QINFER_CUDA_GDR=serial|chunked says otherwise.
+// Chunked needs d_k 64 or 128, d_v a multiple of 32 and 16-byte aligned q/k rows
+// (else serial).
+enum class GdrPath { Auto, Serial, Chunked };
+void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max_seg_len, cudaStream_t s,
+                      GdrPath path = GdrPath::Auto);
 
 // ---- sampling
 // ids[t] = argmax of row t (lowest index wins ties). logits rows of n, stride ld.
