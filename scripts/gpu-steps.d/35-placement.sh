@@ -12,6 +12,10 @@ for ngl in 0 8 16 24 all; do
   timeout 240 "$Q" bench -m "$f" -p 512 -n 64 -r 2 -t "$T" -ngl "$ngl" -o md 2>"$OUT/ngl-$ngl.err" | grep -E "pp512|tg64" | sed "s/^/ngl $ngl /" \
     || { echo "ngl $ngl FAILED"; tail -3 "$OUT/ngl-$ngl.err"; }
 done
+echo "== where a split decode step spends its time (QINFER_STEP_TIMES, tg64)"
+for ngl in 0 24; do
+  QINFER_STEP_TIMES=1 timeout 240 "$Q" bench -m "$f" -p 0 -n 64 -r 2 -t "$T" -ngl "$ngl" -o md 2>&1 | grep -E "^  decode|tg64" | sed "s/^/ngl $ngl /"
+done
 echo "== the same prompts without prompt offload (--no-op-offload): pp512"
 for ngl in 0 16 24; do
   timeout 240 "$Q" bench -m "$f" -p 512 -n 0 -r 2 -t "$T" -ngl "$ngl" --no-op-offload -o md 2>"$OUT/ngl-$ngl-nooff.err" | grep -E "pp512" | sed "s/^/ngl $ngl no-offload /" \
