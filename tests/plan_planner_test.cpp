@@ -277,3 +277,34 @@ TEST(PlanPlanner, AutoGpuLayersForModelLoad) {
     EXPECT_EQ(auto_gpu_layers(*f, hp, 4096, 1, 512, GgmlType::F16, 400 * kMiB), 9);
     EXPECT_EQ(auto_gpu_layers(*f, hp, 4096, 1, 512, GgmlType::F16, 300 * kMiB), 0);
 }
+
+// Prompt offload: the GPU holds two arenas of the largest host layer, one
+// layer's DeltaNet state and KV (the shadow) for min(4, slots) sequences; with
+// every layer on the GPU nothing changes.
+TEST(PlanPlanner, PromptOffloadBuffers) {
+    PlanOptions o;
+    o.n_ctx = 8192;
+    o.n_slots = 2;
+    const ModelDesc d = preset_model("qwen35-4b-q4_k_m");
+    const MemoryPlan off_plan = [&] { PlanOptions x = o; x.op_offload = true; return plan_memory(d, x); }();
+    const MemoryPlan plain = plan_memory(d, o);
+    uint64_t largest = 0;
+    for (const LayerPlan& l : plain.layers) largest = std::max(largest, l.weight_bytes);
+    for (int ngl : {0, 8, 24}) {
+        const Split a = plain.split(ngl), b = off_plan.split(ngl);
+        EXPECT_GE(b.gpu.offload, 2 * largest) << ngl;
+        EXPECT_LE(b.gpu.offload, 2 * largest + 64 * kMiB) << ngl;
+        // KV shadow: one attention layer, 2 sequences, the whole context (f16 K and V).
+        EXPECT_EQ(b.gpu.kv_cache - a.gpu.kv_cache, 2ull * 8192 * 4 * 256 * 2 * 2) << ngl;
+        EXPECT_EQ(b.host.total(), a.host.total() + (ngl == 0 ? o.compute.host_staging_bytes : 0)) << ngl;
+        EXPECT_GT(b.gpu.total(), a.gpu.total()) << ngl;
+    }
+    // The GPU does work at -ngl 0 now: CUDA context and both activation sets.
+    EXPECT_EQ(plain.split(0).gpu.total(), 0u);
+    EXPECT_EQ(off_plan.split(0).gpu.runtime, o.compute.cuda_context_bytes);
+    for (int ngl : {32, 33}) EXPECT_EQ(off_plan.split(ngl).gpu.total(), plain.split(ngl).gpu.total()) << ngl;
+    // The recommendation leaves room for the buffers: fewer or equal layers.
+    const uint64_t vram = 3 * kGiB;
+    EXPECT_LE(recommend_gpu_layers(off_plan, vram, default_safety_margin(vram)),
+              recommend_gpu_layers(plain, vram, default_safety_margin(vram)));
+}

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/run_options.h"
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "model/hparams.h"
@@ -96,6 +97,8 @@ int cmd_plan(int argc, char** argv) {
     app.add_option("--margin", margin_s, "GPU safety margin (default max(256 MiB, vram/32))");
     app.add_option("--cuda-context", cuda_ctx_s, "CUDA context size to assume (default 526MiB; 0 with --gpu auto)");
     app.add_option("--logit-rows", logit_rows, "rows of the logits buffer (default: batch size)");
+    int op_offload_min_batch = kOpOffloadMinBatch;
+    add_op_offload_flags(app, op_offload_min_batch);
     app.add_flag("--json", json, "print one JSON object");
     app.add_flag("--layers", per_layer, "list every layer with its bytes and device");
     app.add_flag("--list-presets", show_presets, "list model and GPU presets");
@@ -155,6 +158,7 @@ int cmd_plan(int argc, char** argv) {
 #endif
         }
     }
+    opt.op_offload = op_offload_min_batch > 0 && lim.vram_bytes > 0;
     if (!cuda_ctx_s.empty()) opt.compute.cuda_context_bytes = parse_bytes(cuda_ctx_s, "qinfer plan: --cuda-context");
     lim.safety_margin = margin_s.empty() ? (lim.vram_bytes ? default_safety_margin(lim.vram_bytes) : 0)
                                          : parse_bytes(margin_s, "qinfer plan: --margin");

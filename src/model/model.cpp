@@ -437,7 +437,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
             uint64_t free_b = 0, total_b = 0;
             if (!cuda_memory_info(0, &free_b, &total_b)) free_b = 0;
             if (opt.vram_limit > 0) free_b = std::min(free_b, opt.vram_limit);
-            ngl = auto_gpu_layers(*file, hp, opt.n_ctx, opt.n_slots, opt.n_batch, opt.kv_type, free_b);
+            ngl = auto_gpu_layers(*file, hp, opt.n_ctx, opt.n_slots, opt.n_batch, opt.kv_type, free_b,
+                                  opt.op_offload_min_batch > 0);
             std::fprintf(stderr, "gpu layers: auto chose %lld of %lld (%.2f GiB free%s)\n", (long long)ngl,
                          (long long)L + 1, double(free_b) / double(1ull << 30), opt.vram_limit ? ", --vram-limit" : "");
         }

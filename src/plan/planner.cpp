@@ -56,7 +56,7 @@ uint64_t add_sat(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MA
 
 uint64_t DeviceBytes::total() const {
     uint64_t t = 0;
-    for (uint64_t b : {weights, kv_cache, recurrent_state, scratch, logits, workspace, runtime, padding})
+    for (uint64_t b : {weights, kv_cache, recurrent_state, scratch, logits, workspace, runtime, offload, padding})
         t = add_sat(t, b);
     return t;
 }
@@ -188,11 +188,33 @@ Split MemoryPlan::split(int gpu_layers, int64_t n_ctx) const {
     if (s.head_on_gpu) s.gpu.padding += head_padding;
     s.host.logits += logit_bytes;  // returned to the caller
 
+    // Prompt offload (model/offload.cpp): the largest host layer twice (its
+    // tensors at 256-byte offsets), one layer's DeltaNet state and KV for
+    // min(4, slots) sequences, and the activation sets of what it streams.
+    const bool offload = opt.op_offload && s.gpu_layers < L;
+    if (offload) {
+        const uint64_t seqs = uint64_t(std::min(4, opt.n_slots));
+        uint64_t arena = 0;
+        for (const LayerPlan& l : layers) {
+            if (layer_on_gpu(L, s.gpu_layers, l.index)) continue;
+            arena = std::max(arena, l.weight_bytes + 32 * 256);
+            if (l.recurrent) rec[1] = true;
+            else attn[1] = true;
+        }
+        s.gpu.offload = 2 * cm.gpu_alloc(arena);
+        if (rec[0]) s.gpu.offload += cm.gpu_alloc(conv_b / slots * seqs) + cm.gpu_alloc(S_b / slots * seqs);
+        if (attn[0]) {
+            const uint64_t shadow_half = mul_sat(mul_sat(kv_token_layer / 2, uint64_t(n_ctx)), seqs);
+            s.gpu.kv_cache = add_sat(s.gpu.kv_cache, 2 * shadow_half);
+            s.gpu.padding = add_sat(s.gpu.padding, 2 * (cm.gpu_alloc(shadow_half) - shadow_half));
+        }
+    }
+
     // Every backend that runs a layer, the embedding or the head allocates the
     // base activation set, plus the sets of the layer kinds it runs.
     for (int g = 0; g < 2; ++g) {
         DeviceBytes& d = g ? s.gpu : s.host;
-        const bool used = g ? s.gpu_layers > 0 : (s.gpu_layers < L || !s.head_on_gpu);
+        const bool used = g ? s.gpu_layers > 0 || offload : (s.gpu_layers < L || !s.head_on_gpu);
         if (!used) continue;
         d.scratch += scratch_base_bytes + (attn[g] ? scratch_attention_bytes : 0) +
                      (rec[g] ? scratch_deltanet_bytes : 0);
@@ -200,7 +222,7 @@ Split MemoryPlan::split(int gpu_layers, int64_t n_ctx) const {
             d.padding += scratch_base_padding + (attn[g] ? scratch_attention_padding : 0) +
                          (rec[g] ? scratch_deltanet_padding : 0);
     }
-    if (s.gpu_layers > 0) {
+    if (s.gpu_layers > 0 || offload) {
         s.gpu.workspace = cm.cublas_bytes + (attn[1] ? attention_split_bytes : 0) + act_scratch_bytes;
         s.gpu.runtime = cm.cuda_context_bytes;
         s.host.runtime = cm.host_staging_bytes;
@@ -236,8 +258,9 @@ int recommend_gpu_layers(const MemoryPlan& plan, uint64_t free_vram_bytes, uint6
 }
 
 int auto_gpu_layers(const gguf::File& f, const HParams& hp, int64_t n_ctx, int n_slots, int n_batch,
-                    GgmlType kv_type, uint64_t free_vram_bytes) {
+                    GgmlType kv_type, uint64_t free_vram_bytes, bool op_offload) {
     PlanOptions o;
+    o.op_offload = op_offload;
     o.n_ctx = n_ctx;
     o.n_slots = n_slots;
     o.n_batch = n_batch;

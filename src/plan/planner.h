@@ -71,6 +71,10 @@ struct PlanOptions {
     int n_slots = 1;       // parallel sequences
     int n_batch = 512;     // max tokens per forward call: sizes the activation buffers
     GgmlType kv_type = GgmlType::F16;  // F16, F32 or Q8_0
+    // Prompt offload (model/offload.h): with layers in host memory, the GPU
+    // also holds two weight arenas, a shadow of one layer's state for up to 4
+    // sequences and the activation sets of the layer kinds it streams.
+    bool op_offload = false;
     ComputeModel compute;
 };
 
@@ -93,6 +97,7 @@ struct DeviceBytes {
     uint64_t logits = 0;     // head buffers (head device), logits returned (host)
     uint64_t workspace = 0;  // cuBLAS, matmul input scratch, attention split scratch (GPU)
     uint64_t runtime = 0;    // CUDA context (GPU), pinned upload staging (host)
+    uint64_t offload = 0;    // prompt offload: weight arenas + shadow DeltaNet state (its KV shadow is in kv_cache)
     uint64_t padding = 0;    // GPU: cudaMalloc rounding of all the above
     uint64_t total() const;  // saturates instead of wrapping
 };
@@ -163,7 +168,7 @@ int recommend_gpu_layers(const MemoryPlan& plan, uint64_t free_vram_bytes, uint6
 // context is not counted again; cuBLAS and the buffers are), with the default
 // safety margin. Never throws for lack of memory: 0 means "CPU only".
 int auto_gpu_layers(const gguf::File& f, const HParams& hp, int64_t n_ctx, int n_slots, int n_batch,
-                    GgmlType kv_type, uint64_t free_vram_bytes);
+                    GgmlType kv_type, uint64_t free_vram_bytes, bool op_offload = false);
 
 // The largest context per slot (a multiple of 256, at most the trained
 // context) for -ngl gpu_layers; 0 when even 256 tokens do not fit.

@@ -47,7 +47,8 @@ std::string lower_type(GgmlType t) {
 nlohmann::ordered_json device_json(const DeviceBytes& d) {
     return {{"weights", d.weights},     {"kv_cache", d.kv_cache}, {"recurrent_state", d.recurrent_state},
             {"scratch", d.scratch},     {"logits", d.logits},     {"workspace", d.workspace},
-            {"runtime", d.runtime},     {"alloc_padding", d.padding}, {"total", d.total()}};
+            {"runtime", d.runtime},     {"prompt_offload", d.offload}, {"alloc_padding", d.padding},
+            {"total", d.total()}};
 }
 
 struct KindStats {
@@ -167,7 +168,7 @@ void line(std::string& out, const char* what, const std::string& each, const std
 }
 
 std::string ngl_label(int n, int n_layer) {
-    if (n == 0) return "-ngl 0 (CPU only)";
+    if (n == 0) return "-ngl 0 (weights on the CPU)";
     if (n > n_layer) return strfmt("-ngl %d (all + head)", n);
     return strfmt("-ngl %d (layers %d-%d)", n, n_layer - n, n_layer - 1);
 }
@@ -247,6 +248,7 @@ std::string report_text(const PlanReport& r, bool per_layer) {
     row("head buffers / logits", s.gpu.logits, s.host.logits);
     row("cuBLAS, matmul + attention scratch", s.gpu.workspace, s.host.workspace);
     row("CUDA context / pinned staging", s.gpu.runtime, s.host.runtime);
+    if (s.gpu.offload) row("prompt offload arenas + shadow state", s.gpu.offload, 0);
     row("cudaMalloc rounding (2 MiB pages)", s.gpu.padding, s.host.padding);
     row("total", s.gpu.total(), s.host.total());
 
