@@ -5,15 +5,22 @@
 // Skipped when there is no GPU.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/thread_pool.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 #include "runtime/backend.h"
+#ifdef QINFER_HAVE_CUDA
+#include "runtime/cuda/cuda_backend.h"
+#endif
 
 namespace qinfer {
 namespace {
@@ -340,6 +347,200 @@ TEST(CudaGraphs, ReplayEqualsEagerWithNewInputs) {
         int32_t id = -1;
         b.gpu->read(ids, &id, 4);
         EXPECT_EQ(id, int32_t(std::max_element(yc.begin(), yc.end()) - yc.begin())) << "step " << step;
+    }
+}
+
+// The register-resident norm kernel (rows of up to 8192 floats; longer rows take
+// the block-per-row kernel) against the CPU backend: lengths that leave lanes
+// idle, rows spanning several warps, several rows per block, unaligned and
+// in-place rows (scalar loads), and the three norm kinds.
+TEST(CudaOps, RowNormsOfManyLengthsMatchCpu) {
+    REQUIRE_GPU();
+    Both b;
+    for (int64_t n : {1, 7, 64, 100, 128, 260, 1000, 2560, 2563, 4096, 8192, 8200}) {
+        for (int64_t T : {1, 3, 17}) {
+            const std::string at = "n=" + std::to_string(n) + " T=" + std::to_string(T);
+            Pair x = b.f32(randn(size_t(n * T), uint32_t(n + T), 4.f), {n, T});
+            Pair w = b.f32(randn(size_t(n), uint32_t(n + 1)), {n});
+            Pair z = b.f32(randn(size_t(n * T), uint32_t(n + 2)), {n, T});
+            double ref = 0;
+            Pair y = b.zeros(GgmlType::F32, {n, T});
+            b.cpu->rms_norm(x.c, w.c, 1e-6f, y.c);
+            b.gpu->rms_norm(x.g, w.g, 1e-6f, y.g);
+            EXPECT_LT(b.max_diff(y, &ref), 1e-5 * (ref + 1)) << "rms_norm " << at;
+            y = b.zeros(GgmlType::F32, {n, T});
+            b.cpu->l2_norm(x.c, 1e-6f, y.c);
+            b.gpu->l2_norm(x.g, 1e-6f, y.g);
+            EXPECT_LT(b.max_diff(y, &ref), 1e-6) << "l2_norm " << at;
+            y = b.zeros(GgmlType::F32, {n, T});
+            b.cpu->rms_norm_gated(x.c, w.c, z.c, 1e-6f, y.c);
+            b.gpu->rms_norm_gated(x.g, w.g, z.g, 1e-6f, y.g);
+            EXPECT_LT(b.max_diff(y, &ref), 1e-5 * (ref + 1)) << "rms_norm_gated " << at;
+            // rows starting one float into a wider buffer (unaligned), normed in place
+            Pair wide = b.f32(randn(size_t((n + 1) * T), uint32_t(n + 3), 2.f), {n + 1, T});
+            Pair xs = view2(wide, {n, T}, {size_t(n + 1) * 4}, 4);
+            b.cpu->rms_norm(xs.c, w.c, 1e-6f, xs.c);
+            b.gpu->rms_norm(xs.g, w.g, 1e-6f, xs.g);
+            EXPECT_LT(b.max_diff(wide, &ref), 1e-5 * (ref + 1)) << "strided in-place rms_norm " << at;
+        }
+    }
+}
+
+// Portable environment switches (POSIX setenv / Windows _putenv_s).
+void set_env(const char* k, const char* v) {
+#ifdef _WIN32
+    _putenv_s(k, v);
+#else
+    setenv(k, v, 1);
+#endif
+}
+void unset_env(const char* k) {
+#ifdef _WIN32
+    _putenv_s(k, "");
+#else
+    unsetenv(k);
+#endif
+}
+
+// The CPU backend, a CUDA backend with producer fusion off and one with it on.
+struct Trio {
+    std::unique_ptr<Backend> be[3];
+    using T3 = std::array<Tensor, 3>;
+    Trio() {
+        const char* v = std::getenv("QINFER_CUDA_FUSE_NORM");
+        const std::string saved = v ? v : "";
+        be[0] = make_cpu_backend(std::make_shared<ThreadPool>(2));
+        set_env("QINFER_CUDA_FUSE_NORM", "0");
+        be[1] = make_cuda_backend(0);
+        unset_env("QINFER_CUDA_FUSE_NORM");
+        be[2] = make_cuda_backend(0);
+        if (v) set_env("QINFER_CUDA_FUSE_NORM", saved.c_str());
+    }
+    T3 f32(std::initializer_list<int64_t> ne, const char* name) {
+        T3 t;
+        for (int i = 0; i < 3; ++i) t[i] = be[i]->alloc(GgmlType::F32, ne, name);
+        return t;
+    }
+    void put(const T3& t, const std::vector<float>& v) {
+        for (int i = 0; i < 3; ++i) be[i]->write(t[i], v.data(), v.size() * 4);
+    }
+    T3 out(std::initializer_list<int64_t> ne, const char* name) {  // GPU copies poisoned (NaN)
+        T3 t = f32(ne, name);
+        std::vector<uint8_t> poison(t[0].nbytes(), 0xFF);
+        for (int i = 1; i < 3; ++i) be[i]->write(t[i], poison.data(), poison.size());
+        return t;
+    }
+    T3 weight(GgmlType type, int64_t K, int64_t N, uint32_t seed) {
+        const std::vector<float> wf = randn(size_t(K * N), seed, 0.3f);
+        const size_t rb = row_bytes(type, K);
+        std::vector<uint8_t> q(rb * size_t(N));
+        for (int64_t n = 0; n < N; ++n) quantize_row(type, &wf[size_t(n * K)], &q[rb * size_t(n)], K);
+        gguf::TensorInfo ti;
+        ti.name = "w";
+        ti.type = type;
+        ti.n_dims = 2;
+        ti.ne[0] = K;
+        ti.ne[1] = N;
+        ti.nbytes = q.size();
+        ti.data = q.data();
+        T3 t;
+        for (int i = 0; i < 3; ++i) {
+            t[i] = be[i]->upload_weight(ti);
+            be[i]->synchronize();  // the bytes in q are gone after return
+        }
+        return t;
+    }
+    std::vector<float> get(int i, const Tensor& t) {
+        std::vector<float> v(t.nbytes() / 4);
+        be[i]->read(t, v.data(), v.size() * 4);
+        return v;
+    }
+};
+
+uint64_t fused_producers(Backend& be) {
+#ifdef QINFER_HAVE_CUDA
+    return static_cast<CudaBackend&>(be).fused_producers();
+#else
+    (void)be;
+    return 0;
+#endif
+}
+
+// rms_norm -> quantized matmuls, swiglu -> matmul, sigmoid gate -> matmul and an
+// in-place norm -> matmul, as a decode step issues them, with the producer fused
+// into the activation quantization and without: outputs and products must be
+// bit-identical (same quants, same kernels after them) and match the CPU, in
+// eager runs, a graph recording and graph replays with new inputs.
+TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
+    REQUIRE_GPU();
+    if (const char* f = std::getenv("QINFER_CUDA_FUSE"); f && std::string(f) == "0")
+        GTEST_SKIP() << "QINFER_CUDA_FUSE=0";
+    Trio tr;
+    struct Case {
+        GgmlType type;
+        int64_t K, F, d, H;  // hidden, FFN width, gated rows d x H per token
+    };
+    const Case cases[] = {
+        {GgmlType::Q4_K, 2560, 512, 64, 8},  {GgmlType::Q6_K, 2560, 512, 64, 8},
+        {GgmlType::Q4_K, 768, 256, 32, 8},   {GgmlType::Q6_K, 768, 768, 128, 2},
+        {GgmlType::Q8_0, 2080, 544, 40, 4},  // Q8_0 activations, rows not a multiple of 256
+        {GgmlType::Q4_1, 2080, 544, 40, 4},  // Q8_1 activations
+    };
+    uint32_t seed = 500;
+    for (const Case& c : cases) {
+        const int64_t K = c.K, F = c.F, dH = c.d * c.H;
+        const Trio::T3 w1 = tr.weight(c.type, K, F, ++seed), w2 = tr.weight(c.type, K, F, ++seed);
+        const Trio::T3 wd = tr.weight(c.type, F, K, ++seed), wo = tr.weight(c.type, dH, K, ++seed);
+        const Trio::T3 nw = tr.f32({K}, "norm");
+        tr.put(nw, randn(size_t(K), ++seed));
+        for (int64_t T : {1, 4}) {
+            const Trio::T3 x = tr.f32({K, T}, "x"), qg = tr.f32({2 * dH, T}, "qg"), att = tr.f32({dH, T}, "att");
+            const Trio::T3 h = tr.out({K, T}, "h"), g = tr.out({F, T}, "g"), u = tr.out({F, T}, "u");
+            const Trio::T3 o = tr.out({K, T}, "o"), o2 = tr.out({K, T}, "o2"), y3 = tr.out({F, T}, "y3");
+            uint64_t fused0 = 0;
+            // Step 0 sizes the scratch buffers (which may split its queue); then
+            // eager or recorded, recorded or replayed, replayed.
+            for (int step = 0; step < 4; ++step) {
+                if (step == 1) fused0 = fused_producers(*tr.be[2]);
+                tr.put(x, randn(size_t(K * T), ++seed, 3.f));
+                tr.put(qg, randn(size_t(2 * dH * T), ++seed, 2.f));
+                tr.put(att, randn(size_t(dH * T), ++seed));
+                for (int i = 0; i < 3; ++i) {
+                    Backend& be = *tr.be[i];
+                    const size_t row = size_t(2 * c.d) * 4, tok = size_t(2 * dH) * 4;
+                    const Tensor gate = view(qg[i], {c.d, c.H, T}, {row, tok}, size_t(c.d) * 4);
+                    const Tensor att3 = reshape(att[i], {c.d, c.H, T});
+                    be.rms_norm(x[i], nw[i], 1e-6f, h[i]);
+                    be.matmul(w1[i], h[i], g[i], nullptr);
+                    be.matmul(w2[i], h[i], u[i], nullptr);
+                    be.swiglu(g[i], u[i], g[i]);
+                    be.matmul(wd[i], g[i], o[i], nullptr);
+                    be.sigmoid_mul(att3, gate, att3);
+                    be.matmul(wo[i], att[i], o2[i], nullptr);
+                    be.rms_norm(o2[i], nw[i], 1e-6f, o2[i]);
+                    be.matmul(w1[i], o2[i], y3[i], nullptr);
+                }
+                const std::string at = std::string(type_name(c.type)) + " K=" + std::to_string(K) +
+                                       " T=" + std::to_string(T) + " step " + std::to_string(step);
+                for (const Trio::T3* t : {&h, &g, &att, &o, &o2, &y3}) {
+                    const std::vector<float> ref = tr.get(0, (*t)[0]), off = tr.get(1, (*t)[1]),
+                                             on = tr.get(2, (*t)[2]);
+                    EXPECT_EQ(0, std::memcmp(off.data(), on.data(), off.size() * 4))
+                        << (*t)[0].name << " differs with fusion, " << at;
+                    double m = 0, r = 0;
+                    for (size_t k = 0; k < ref.size(); ++k) {
+                        m = std::isfinite(on[k]) ? std::max(m, double(std::fabs(on[k] - ref[k]))) : INFINITY;
+                        r = std::max(r, double(std::fabs(ref[k])));
+                    }
+                    EXPECT_LT(m, 5e-3 * (r + 1)) << (*t)[0].name << " vs CPU, " << at;
+                }
+            }
+            // Per issued step: the two norms, swiglu and the sigmoid gate; steps
+            // 1-3 issue them once or twice (the others replay a graph).
+            const uint64_t fused = fused_producers(*tr.be[2]) - fused0;
+            EXPECT_TRUE(fused == 4 || fused == 8) << fused << " fused, " << type_name(c.type) << " T=" << T;
+            EXPECT_EQ(fused_producers(*tr.be[1]), 0u);
+        }
     }
 }
 

@@ -918,6 +918,7 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
                 if (norm) cuda::rms_norm_quantize(op.a, op.norm_w, op.eps, op.y, q, stream_);
                 else cuda::gate_quantize(op.gate, op.a, op.b, op.y, q, stream_);
                 after();
+                ++fused_producers_;
                 i += 2;
                 continue;
             }

@@ -162,6 +162,7 @@ private:
     // rms_norm / swiglu / sigmoid_mul computed inside the activation quantization
     // that follows them (QINFER_CUDA_FUSE_NORM=0 turns just this off).
     bool fuse_norm_ = true;
+    uint64_t fused_producers_ = 0;
     struct GraphRec {
         std::vector<uint8_t> sig;
         cudaGraphExec_t exec = nullptr;
@@ -211,6 +212,9 @@ public:
     // Steps replayed from graphs / run eagerly so far (for benchmarks and tests).
     uint64_t graph_launches() const { return graph_launches_; }
     uint64_t eager_flushes() const { return eager_flushes_; }
+    // Producers (rms_norm, swiglu, sigmoid_mul) issued fused with the activation
+    // quantization after them (counted when issued, not per graph replay).
+    uint64_t fused_producers() const { return fused_producers_; }
 };
 
 }  // namespace qinfer

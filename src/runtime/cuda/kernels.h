@@ -112,6 +112,25 @@ void copy_rows(Rows src, Rows dst, cudaStream_t s);
 // In place NEOX rope on x rows (n1 = heads, n2 = tokens); angle pos[t] * freq_scale * base^(-2i/n_rot).
 void rope_neox(Rows x, const int32_t* pos, int n_rot, float base, float freq_scale, cudaStream_t s);
 
+// ---- producers fused with the activation quantization that follows them
+// What quantize_act(kind, x, ldx, K, T, buf) would be given.
+struct ActDest {
+    ActKind kind = ActKind::F32;
+    const float* x = nullptr;
+    int64_t ldx = 0, K = 0, T = 0;
+    void* buf = nullptr;
+};
+// rms_norm(x, w, eps, y) and then quantize_act(q) of its output, in one launch:
+// y is written as rms_norm writes it and the quants are bit-identical to the two
+// ops run one by one. Applies when y's rows are exactly q's input rows, q is an
+// 8-bit kind and rows are at most 8192 floats (the launch fails otherwise).
+bool rms_norm_quantize_fits(Rows x, Rows y, const ActDest& q);
+void rms_norm_quantize(Rows x, const float* w, float eps, Rows y, const ActDest& q, cudaStream_t s);
+// swiglu / sigmoid_mul and then quantize_act(q) of their output, likewise.
+enum class Gate { Swiglu, SigmoidMul };
+bool gate_quantize_fits(Rows a, Rows b, Rows y, const ActDest& q);
+void gate_quantize(Gate op, Rows a, Rows b, Rows y, const ActDest& q, cudaStream_t s);
+
 // ---- attention over the KV cache
 struct KvView {
     void* k = nullptr;       // {d, n_kv, n_ctx, n_slots}

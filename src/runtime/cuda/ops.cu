@@ -1,6 +1,7 @@
 // Row-wise and elementwise ops: norms, residual add, gates, copies, RoPE.
 // Same formulas and operation order as the CPU backend (runtime/cpu/cpu_ops.cpp).
 #include "common/error.h"
+#include "runtime/cuda/act_quant.cuh"
 #include "runtime/cuda/cuda_common.cuh"
 #include "runtime/cuda/kernels.h"
 
@@ -49,13 +50,104 @@ __global__ void norm_kernel(Rows x, Rows z, const float* __restrict__ w, float e
     }
 }
 
+// Rows of up to kRegRowMax floats (every hidden size we run): the row is held in
+// registers, 8 consecutive elements per thread (two 16-byte loads when aligned),
+// over tpr = 32 * ceil(n / 256) threads; x, w (and z) are read once and all loads
+// are in flight before the reduction (warp shuffles, plus one shared-memory step
+// when a row spans several warps). Short rows share a block. The fused variant
+// (QK != 0) quantizes the normed row for a matrix product from the same
+// registers (act_quant.cuh): its activations are bit-identical to rms_norm
+// followed by quantize_act, because both run this kernel for the norm.
+constexpr int64_t kRegRowMax = 8192;
+
+inline int reg_row_threads(int64_t n) { return int((n + 255) / 256) * WARP; }
+
+template <bool VEC>
+__device__ __forceinline__ void load8(const float* p, int64_t k0, int64_t n, float (&v)[8]) {
+    if (VEC) {  // n % 4 == 0 and p 16-byte aligned: each half is wholly inside or outside
+        const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 a = k0 < n ? *reinterpret_cast<const float4*>(p + k0) : z4;
+        const float4 b = k0 + 4 < n ? *reinterpret_cast<const float4*>(p + k0 + 4) : z4;
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = k0 + i < n ? p[k0 + i] : 0.f;
+    }
+}
+
+template <bool VEC>
+__device__ __forceinline__ void store8(float* p, int64_t k0, int64_t n, const float (&v)[8]) {
+    if (VEC) {
+        if (k0 < n) *reinterpret_cast<float4*>(p + k0) = make_float4(v[0], v[1], v[2], v[3]);
+        if (k0 + 4 < n) *reinterpret_cast<float4*>(p + k0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            if (k0 + i < n) p[k0 + i] = v[i];
+    }
+}
+
+// QK: 0 = no quantization, 1 = Q8_0, 2 = Q8_1, 3 = Q8_K (row r is token r of q).
+template <NormKind KIND, bool VEC, int QK>
+__global__ void __launch_bounds__(1024) reg_norm_kernel(Rows x, Rows z, const float* __restrict__ w, float eps,
+                                                        Rows y, int64_t rows, int tpr, ActOutPtrs q) {
+    __shared__ float red[32];
+    const int rib = threadIdx.x / tpr, tid = threadIdx.x % tpr, lane = threadIdx.x % WARP;
+    const int64_t r = int64_t(blockIdx.x) * (blockDim.x / tpr) + rib;
+    const bool live = r < rows;  // dead threads still join the reduction's barrier
+    const int64_t n = live ? x.n : 0;
+    const int64_t k0 = int64_t(tid) * 8;
+    float v[8], wv[8], zv[8];
+    load8<VEC>(live ? row_ptr(x, r) : x.data, k0, n, v);
+    if (KIND != NormKind::L2) load8<VEC>(w, k0, n, wv);
+    if (KIND == NormKind::RmsGated) load8<VEC>(live ? row_ptr(z, r) : z.data, k0, n, zv);
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ss = fmaf(v[i], v[i], ss);
+    ss = warp_sum(ss);
+    if (tpr > WARP) {  // the row's warps are consecutive
+        const int wpr = tpr / WARP;
+        if (lane == 0) red[threadIdx.x / WARP] = ss;
+        __syncthreads();
+        ss = warp_sum(lane < wpr ? red[rib * wpr + lane] : 0.f);
+    }
+    float s;
+    if (KIND == NormKind::L2) s = 1.f / fmaxf(sqrtf(ss), eps);
+    else s = 1.f / sqrtf(ss / float(x.n) + eps);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        if (KIND == NormKind::RmsGated) v[i] = (v[i] * s) * wv[i] * silu(zv[i]);
+        else if (KIND == NormKind::Rms) v[i] = (v[i] * s) * wv[i];
+        else v[i] = v[i] * s;
+    }
+    if (live) store8<VEC>(row_ptr(y, r), k0, n, v);
+    if (QK) quantize_span<QK>(v, lane, q, r, x.n, k0 - 8 * lane, live);
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+bool rows_vec_ok(const Rows& r) {
+    return aligned16(r.data) && r.n % 4 == 0 && (r.n1 <= 1 || r.s1 % 4 == 0) && (r.n2 <= 1 || r.s2 % 4 == 0);
+}
+
+template <NormKind KIND, int QK>
+void launch_reg_norm(Rows x, Rows z, const float* w, float eps, Rows y, const ActOutPtrs& q, cudaStream_t s) {
+    const int64_t rows = x.n1 * x.n2;
+    const int tpr = reg_row_threads(x.n);
+    const int rpb = tpr >= 256 ? 1 : 256 / tpr;
+    const bool vec = rows_vec_ok(x) && rows_vec_ok(y) && (KIND == NormKind::L2 || aligned16(w)) &&
+                     (KIND != NormKind::RmsGated || rows_vec_ok(z));
+    const unsigned grid = unsigned(ceil_div(rows, rpb));
+    if (vec) reg_norm_kernel<KIND, true, QK><<<grid, tpr * rpb, 0, s>>>(x, z, w, eps, y, rows, tpr, q);
+    else reg_norm_kernel<KIND, false, QK><<<grid, tpr * rpb, 0, s>>>(x, z, w, eps, y, rows, tpr, q);
+}
+
 template <NormKind KIND>
 void launch_norm(Rows x, Rows z, const float* w, float eps, Rows y, cudaStream_t s, const char* name) {
     const int64_t rows = x.n1 * x.n2;
-    if (rows == 0) return;
-    if (x.n <= 512) {
-        const int warps = 8;
-        norm_kernel<KIND, true><<<ceil_div(rows, warps), warps * WARP, 0, s>>>(x, z, w, eps, y, rows);
+    if (rows == 0 || x.n == 0) return;
+    if (x.n <= kRegRowMax) {
+        launch_reg_norm<KIND, 0>(x, z, w, eps, y, ActOutPtrs{}, s);
     } else {
         norm_kernel<KIND, false><<<unsigned(rows), 256, 0, s>>>(x, z, w, eps, y, rows);
     }
@@ -91,6 +183,36 @@ void launch_ew(Rows a, Rows b, Rows y, cudaStream_t s, const char* name) {
     const dim3 grid(static_cast<unsigned>(bx), unsigned(gy), unsigned(ceil_div(rows, gy)));
     ew_kernel<OP><<<grid, threads, 0, s>>>(a, b, y, rows);
     QINFER_CUDA_LAUNCHED(name);
+}
+
+// SwiGLU / sigmoid gate fused with the quantization of its result for a matrix
+// product: one warp per 256-element span of a token row, lane = 8 consecutive
+// elements (n % 8 == 0, so they share an op row: token t's K elements are op
+// rows t*m .. t*m+m-1 with m = K / n). The result rows are written as the plain
+// op writes them, with the same expression, so the quants are bit-identical.
+template <Ew OP, int QK>
+__global__ void gate_quant_kernel(Rows a, Rows b, Rows y, int64_t K, int64_t T, ActOutPtrs q) {
+    const int lane = threadIdx.x % WARP;
+    const int64_t spans = (K + 255) / 256;
+    const int64_t wi = int64_t(blockIdx.x) * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (wi >= T * spans) return;  // whole warps
+    const int64_t t = wi / spans, k0 = (wi % spans) * 256, k = k0 + 8 * lane;
+    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (k < K) {
+        const int64_t row = t * (K / a.n) + k / a.n, col = k % a.n;
+        const float* ar = row_ptr(a, row) + col;
+        const float* br = row_ptr(b, row) + col;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float av = ar[i];
+            if (OP == Ew::Swiglu) v[i] = silu(av) * br[i];
+            else v[i] = av * sigmoid(br[i]);
+        }
+        float* yr = row_ptr(y, row) + col;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) yr[i] = v[i];
+    }
+    quantize_span<QK>(v, lane, q, t, K, k0, true);
 }
 
 void check_rows(const char* op, const Rows& a, const Rows& b) {
@@ -157,6 +279,74 @@ void sigmoid_mul(Rows x, Rows g, Rows y, cudaStream_t s) {
 void copy_rows(Rows src, Rows dst, cudaStream_t s) {
     check_rows("copy", src, dst);
     launch_ew<Ew::Copy>(src, src, dst, s, "copy");
+}
+
+namespace {
+int qk_of(ActKind k) {
+    switch (k) {
+        case ActKind::Q8_0: return 1;
+        case ActKind::Q8_1: return 2;
+        case ActKind::Q8_K: return 3;
+        default: return 0;
+    }
+}
+
+// Whether op rows r (n elements each) are exactly the quantization input of
+// `q`: K = m * n, and row t*m + j starts at q.x + t*ldx + j*n.
+bool rows_are_act_input(const Rows& r, const ActDest& q, int64_t m) {
+    if (r.n <= 0 || r.n * m != q.K || r.n1 * r.n2 != q.T * m || q.T * m > 65536) return false;
+    for (int64_t i = 0; i < q.T * m; ++i) {
+        const float* p = r.data + (i % r.n1) * r.s1 + (i / r.n1) * r.s2;
+        if (p != q.x + (i / m) * q.ldx + (i % m) * r.n) return false;
+    }
+    return true;
+}
+
+ActOutPtrs act_out(const ActDest& q) {
+    const ActQ v = act_view(q.kind, q.buf, q.x, q.K, q.T);
+    return ActOutPtrs{const_cast<int8_t*>(v.qs), const_cast<float*>(v.d), const_cast<float*>(v.s),
+                      const_cast<int16_t*>(v.bsum)};
+}
+}  // namespace
+
+bool rms_norm_quantize_fits(Rows x, Rows y, const ActDest& q) {
+    return qk_of(q.kind) && x.n <= kRegRowMax && x.n == y.n && x.n1 * x.n2 == y.n1 * y.n2 &&
+           rows_are_act_input(y, q, 1);
+}
+
+void rms_norm_quantize(Rows x, const float* w, float eps, Rows y, const ActDest& q, cudaStream_t s) {
+    if (!rms_norm_quantize_fits(x, y, q)) fail("CUDA rms_norm_quantize: the norm's rows are not the quantized rows");
+    const int qk = qk_of(q.kind);
+    if (q.T == 0) return;
+    const ActOutPtrs o = act_out(q);
+    if (qk == 1) launch_reg_norm<NormKind::Rms, 1>(x, x, w, eps, y, o, s);
+    else if (qk == 2) launch_reg_norm<NormKind::Rms, 2>(x, x, w, eps, y, o, s);
+    else launch_reg_norm<NormKind::Rms, 3>(x, x, w, eps, y, o, s);
+    QINFER_CUDA_LAUNCHED("rms_norm_quantize");
+}
+
+bool gate_quantize_fits(Rows a, Rows b, Rows y, const ActDest& q) {
+    return qk_of(q.kind) && a.n > 0 && a.n % 8 == 0 && q.K % a.n == 0 && a.n == b.n && a.n == y.n &&
+           a.n1 * a.n2 == y.n1 * y.n2 && b.n1 * b.n2 == y.n1 * y.n2 && rows_are_act_input(y, q, q.K / a.n);
+}
+
+void gate_quantize(Gate op, Rows a, Rows b, Rows y, const ActDest& q, cudaStream_t s) {
+    if (!gate_quantize_fits(a, b, y, q)) fail("CUDA gate_quantize: the gate's rows are not the quantized rows");
+    const int qk = qk_of(q.kind);
+    if (q.T == 0) return;
+    const ActOutPtrs o = act_out(q);
+    const int warps = 8;
+    const unsigned grid = unsigned(ceil_div(q.T * ((q.K + 255) / 256), warps));
+    if (op == Gate::Swiglu) {
+        if (qk == 1) gate_quant_kernel<Ew::Swiglu, 1><<<grid, warps * WARP, 0, s>>>(a, b, y, q.K, q.T, o);
+        else if (qk == 2) gate_quant_kernel<Ew::Swiglu, 2><<<grid, warps * WARP, 0, s>>>(a, b, y, q.K, q.T, o);
+        else gate_quant_kernel<Ew::Swiglu, 3><<<grid, warps * WARP, 0, s>>>(a, b, y, q.K, q.T, o);
+    } else {
+        if (qk == 1) gate_quant_kernel<Ew::SigmoidMul, 1><<<grid, warps * WARP, 0, s>>>(a, b, y, q.K, q.T, o);
+        else if (qk == 2) gate_quant_kernel<Ew::SigmoidMul, 2><<<grid, warps * WARP, 0, s>>>(a, b, y, q.K, q.T, o);
+        else gate_quant_kernel<Ew::SigmoidMul, 3><<<grid, warps * WARP, 0, s>>>(a, b, y, q.K, q.T, o);
+    }
+    QINFER_CUDA_LAUNCHED("gate_quantize");
 }
 
 void rope_neox(Rows x, const int32_t* pos, int n_rot, float base, float freq_scale, cudaStream_t s) {

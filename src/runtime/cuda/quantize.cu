@@ -3,6 +3,7 @@
 // Q8_0 / Q8_1 = the reference layout rounded to nearest with ties to even, as
 // ggml's SIMD quantizers do), so a GPU row quantizes bit-identically to the CPU's.
 #include "common/error.h"
+#include "runtime/cuda/act_quant.cuh"
 #include "runtime/cuda/cuda_common.cuh"
 #include "runtime/cuda/kernels.h"
 
@@ -94,7 +95,8 @@ __global__ void quantize_q8_0_kernel(const float* __restrict__ x, int64_t ldx, i
     }
 }
 
-// One warp per 256-element block (Q8_K): lane holds 8 consecutive elements.
+// One warp per 256-element block (Q8_K): lane holds 8 consecutive elements
+// (the layout of act_quant.cuh, which the fused producers in ops.cu share).
 __global__ void quantize_q8_K_kernel(const float* __restrict__ x, int64_t ldx, int64_t K, int64_t n_blocks,
                                      int8_t* qs, float* d_out, int16_t* bsum) {
     const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / WARP) + threadIdx.x / WARP;
@@ -106,40 +108,7 @@ __global__ void quantize_q8_K_kernel(const float* __restrict__ x, int64_t ldx, i
     float v[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = src[i];
-    // The first element of largest magnitude (ggml keeps the first on ties).
-    float amax = 0.f;
-    int idx = 0x7fffffff;
-    float vmax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const float a = fabsf(v[i]);
-        if (a > amax) { amax = a; idx = lane * 8 + i; vmax = v[i]; }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float oa = __shfl_xor_sync(0xffffffffu, amax, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        const float ov = __shfl_xor_sync(0xffffffffu, vmax, o);
-        if (oa > amax || (oa == amax && oi < idx)) { amax = oa; idx = oi; vmax = ov; }
-    }
-    int8_t* q = qs + t * K + j * 256 + lane * 8;
-    int sum = 0;
-    if (amax == 0.f) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) q[i] = 0;
-    } else {
-        const float iscale = -127.f / vmax;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int qi = min(127, __float2int_rn(iscale * v[i]));  // nearest, ties to even
-            q[i] = int8_t(qi);
-            sum += qi;
-        }
-    }
-    // 16-element sums: lanes (2m, 2m+1) hold group m.
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    if ((lane & 1) == 0) bsum[(t * K + j * 256) / 16 + lane / 2] = int16_t(sum);
-    if (lane == 0) d_out[blk] = amax == 0.f ? 0.f : 1.f / (-127.f / vmax);
+    q8K_from_regs(v, lane, true, qs + t * K + j * 256, d_out + blk, bsum + (t * K + j * 256) / 16);
 }
 
 __global__ void to_half_kernel(const float* __restrict__ x, int64_t ldx, int64_t K, int64_t n, bool bf16,
