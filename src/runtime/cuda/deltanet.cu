@@ -191,11 +191,13 @@ __global__ void __launch_bounds__(GDR_WARPS * WARP) gdr_seq_kernel(DeltaArgs p, 
 //   R = beta_r (v_r - Gamma_r S0 k_r);  U = (I + A)^-1 R    forward substitution, shuffles
 //   o_r = scale (Gamma_r S0 q_r + sum_s P[r][s] u_s)
 //   S0 <- Gamma_n S0 + sum_s exp(gamma_n - gamma_s) u_s k_s^T
-// Exponents are always differences (s <= r), never ratios of Gammas. Padded
-// tokens of a short chunk have k = q = v = 0, g = 0, beta = 0 and change
-// nothing. All f32 with FMA: per chunk the error is that of a 128-term dot
-// product, not of 32 serial steps, and the state is carried exactly as in the
-// serial form (no renormalisation), so long prompts do not drift.
+// exp(gamma_r - gamma_s) is taken only for s <= r, with the exponent summed
+// over tokens s+1..r (never a ratio of Gammas, never a difference of two large
+// prefix sums). Padded tokens of a short chunk have k = q = v = 0, g = 0,
+// beta = 0 and change nothing. All f32 with FMA; on random data with unit keys
+// (also strongly correlated ones) a host emulation of this kernel's exact index
+// mapping is as close to an f64 serial reference as the f32 serial form is
+// (1024-token segment: state 6e-7 relative), so long prompts do not drift.
 //
 // Cost, d_k = d_v = 128, per block and 32-token chunk: Z 524K FMA, state update
 // 131K, output 17K, substitution 16K (32 steps of shuffle latency) = ~690K FMA
@@ -222,7 +224,8 @@ struct ChunkSmem {
     float P[CT][CT + 1];
     float u[CT][CV + 1];  // R, then U in place
     float o[CT][CV + 1];  // Gamma_r S0 q_r
-    float gam[CT], beta[CT], eg[CT], wl[CT];  // gamma, beta, exp(gamma), exp(gamma_n - gamma)
+    float E[CT][CT + 1];  // exp(gamma_r - gamma_s) for s <= r, else 0
+    float g[CT], beta[CT], eg[CT];  // g, beta, Gamma = exp(gamma)
 };
 
 template <int DK>
@@ -295,19 +298,31 @@ __global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Se
                 g = softplus(na + dtb) * Aj;
                 be = sigmoid(nb);
             }
+            sm.g[lane] = g;
 #pragma unroll
             for (int o = 1; o < WARP; o <<= 1) {  // inclusive prefix sum over the chunk
                 const float y = __shfl_up_sync(0xffffffffu, g, o);
                 if (lane >= o) g += y;
             }
-            const float last = __shfl_sync(0xffffffffu, g, WARP - 1);
-            sm.gam[lane] = g;
             sm.beta[lane] = be;
             sm.eg[lane] = expf(g);
-            sm.wl[lane] = expf(last - g);
         }
         if (t0 + CT < sg.count) stage(t0 + CT);
         __syncthreads();
+
+        // Decay table. gamma_r - gamma_s is summed over tokens s+1..r (a suffix scan
+        // per row), not taken as a difference of prefix sums: with strong decays
+        // |gamma| reaches hundreds in a chunk and the difference would lose ~1e-5
+        // where exp(difference) is near 1.
+        for (int r = wid; r < CT; r += CNT / WARP) {
+            float x = lane < r ? sm.g[lane + 1] : 0.f;
+#pragma unroll
+            for (int o = 1; o < WARP; o <<= 1) {
+                const float y = __shfl_down_sync(0xffffffffu, x, o);
+                if (lane + o < WARP) x += y;
+            }
+            sm.E[r][lane] = lane <= r ? expf(x) : 0.f;
+        }
 
         // Z = [K; Q] [K; S0]^T: thread rows tr + 16 i (i < 2: k, else q), cols tc + 16 i2
         // (i2 < 2: k, else S rows). Strided so a quarter warp reads 8 consecutive rows.
@@ -339,6 +354,7 @@ __global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Se
                         acc[i][i2] = a;
                     }
             }
+            __syncthreads();  // the decay table
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -346,9 +362,9 @@ __global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Se
                     const int r = tr + 16 * (i & 1), cc = tc + 16 * (i2 & 1);
                     const float z = acc[i][i2];
                     if (i < 2 && i2 < 2)  // k_r . k_cc
-                        sm.A[r][cc] = cc < r ? sm.beta[r] * z * expf(sm.gam[r] - sm.gam[cc]) : 0.f;
+                        sm.A[r][cc] = cc < r ? sm.beta[r] * z * sm.E[r][cc] : 0.f;
                     else if (i2 < 2)  // q_r . k_cc
-                        sm.P[r][cc] = cc <= r ? z * expf(sm.gam[r] - sm.gam[cc]) : 0.f;
+                        sm.P[r][cc] = cc <= r ? z * sm.E[r][cc] : 0.f;
                     else if (i < 2)  // S0 row cc . k_r
                         sm.u[r][cc] = sm.beta[r] * (sm.v[r][cc] - sm.eg[r] * z);
                     else  // S0 row cc . q_r
@@ -402,7 +418,7 @@ __global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Se
             }
             for (int s = 0; s < n; ++s) {
                 const float4 kv = *reinterpret_cast<const float4*>(&sm.k[s][4 * kq]);
-                const float wl = sm.wl[s];
+                const float wl = sm.E[CT - 1][s];  // exp(gamma_n - gamma_s); padding has g = 0
 #pragma unroll
                 for (int i = 0; i < RPT; ++i) {
                     const float us = sm.u[s][cg + NCG * i] * wl;
@@ -445,8 +461,8 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 // The chunked kernel's preconditions: a head dim it is built for, whole row
 // blocks, and 16-byte aligned q / k rows.
 bool chunked_fits(const DeltaArgs& a) {
-    return (a.dk == 64 || a.dk == 128) && a.dv % CV == 0 && aligned16(a.q) && aligned16(a.k) && a.q_t % 4 == 0 &&
-           a.k_t % 4 == 0 && a.q_h % 4 == 0 && a.k_h % 4 == 0;
+    return (a.dk == 64 || a.dk == 128) && a.dv % CV == 0 && aligned16(a.q) && aligned16(a.k) && aligned16(a.S) &&
+           a.q_t % 4 == 0 && a.k_t % 4 == 0 && a.q_h % 4 == 0 && a.k_h % 4 == 0;
 }
 
 // Auto picks the chunked kernel for a launch whose longest segment has at least
