@@ -212,6 +212,31 @@ TEST_P(Consistency, PromptOffloadEqualsOneBackend) {
     }
 }
 
+// Greedy picks made by the backend equal the argmax of the logits it returns
+// (the same batch on two slots: every row, and only the last).
+TEST_P(Consistency, ForwardArgmaxPicksTheLargestLogit) {
+    auto m = Model::load(model_path(GetParam()), options());
+    const int64_t V = m->hparams().n_vocab;
+    Batch b0, b1;
+    for (size_t i = 0; i < kPrompt.size(); ++i) {
+        b0.add(kPrompt[i], int32_t(i), 0, true);
+        b1.add(kPrompt[i], int32_t(i), 1, i % 3 == 0);
+    }
+    std::vector<float> logits;
+    std::vector<int32_t> ids;
+    m->forward(b0, logits);
+    m->forward_argmax(b1, ids);
+    ASSERT_EQ(ids.size(), (kPrompt.size() + 2) / 3);
+    for (size_t r = 0; r < ids.size(); ++r)
+        EXPECT_EQ(ids[r], argmax(logits.data() + 3 * r * size_t(V), V)) << GetParam() << " row " << 3 * r;
+    // The slot moved on as with forward(): the next step continues it.
+    Batch next;
+    next.add(ids.back(), int32_t(kPrompt.size()), 1, true);
+    m->forward_argmax(next, ids);
+    ASSERT_EQ(ids.size(), 1u);
+    EXPECT_EQ(m->slot_length(1), int(kPrompt.size()) + 1);
+}
+
 TEST_P(Consistency, SnapshotRestoresExactState) {
     auto m = Model::load(model_path(GetParam()), options());
     const std::vector<float> prefix = run(*m, kPrompt, 0, 10, 0);

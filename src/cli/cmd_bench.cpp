@@ -211,13 +211,14 @@ std::pair<double, double> run_once(Model& model, Rng& rng, int n_vocab, const Ro
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         return {1000.0 * row.n_prompt / ms, ms};
     }
+    // Greedy decoding, as `qinfer run --temp 0` does it: the backend picks the
+    // next token of each sequence (Model::forward_argmax).
     std::vector<int32_t> tok(static_cast<size_t>(B));
     for (int32_t& t : tok) t = int32_t(rng.next() % uint64_t(n_vocab));
     for (int i = 0; i < row.n_gen; i++) {
         b.clear();
         for (int s = 0; s < B; s++) b.add(tok[size_t(s)], row.depth + i, s, true);
-        model.forward(b, logits);
-        for (int s = 0; s < B; s++) tok[size_t(s)] = argmax(logits.data() + size_t(s) * size_t(n_vocab), n_vocab);
+        model.forward_argmax(b, tok);
     }
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     return {1000.0 * row.n_gen * B / ms, 0.0};

@@ -30,6 +30,7 @@ private:
     Model& model_;
     Batch batch_;
     std::vector<float> logits_;
+    std::vector<int32_t> ids_;  // greedy picks (forward_argmax)
     std::vector<Sequence*> want_;  // sequences expecting a logits row, in batch order
 };
 

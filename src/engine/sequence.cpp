@@ -80,6 +80,15 @@ int Sequence::add_to_batch(Batch& batch, int budget) {
 
 void Sequence::on_logits(float* logits) {
     if (done()) return;
+    if (max_tokens_ == 0) {
+        on_token(-1);
+        return;
+    }
+    on_token(sampler_.sample(logits));
+}
+
+void Sequence::on_token(int32_t id) {
+    if (done()) return;
     wants_logits_ = false;
     const bool first = result_.n_generated == 0;
     if (first) result_.prompt_ms = ms_between(t_prefill_, Clock::now());
@@ -88,7 +97,6 @@ void Sequence::on_logits(float* logits) {
         return;
     }
 
-    const int32_t id = sampler_.sample(logits);
     sampler_.accept(id);
     result_.tokens.push_back(id);
     result_.n_generated++;

@@ -54,6 +54,12 @@ public:
     // The logits row for the sequence's last batch token: samples, streams the
     // text through on_token, checks the stop conditions. `logits` is modified.
     void on_logits(float* logits);
+    // Whether the pending pick is the plain argmax of the logits (greedy, no
+    // bias or penalties): the batch may then ask the model for the id only.
+    bool picks_argmax() const { return sampler_.is_plain_argmax(); }
+    // The token chosen for this sequence when picks_argmax(): what on_logits
+    // would have sampled.
+    void on_token(int32_t id);
 
     // Ends the sequence from outside (client gone, server shutdown).
     void cancel();

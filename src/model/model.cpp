@@ -44,7 +44,8 @@ public:
     const HParams& hparams() const override { return hp_; }
     const gguf::File& file() const override { return *file_; }
     const ModelOptions& options() const override { return opt_; }
-    void forward(const Batch& batch, std::vector<float>& logits) override;
+    void forward(const Batch& batch, std::vector<float>& logits) override { step(batch, &logits, nullptr); }
+    void forward_argmax(const Batch& batch, std::vector<int32_t>& ids) override { step(batch, nullptr, &ids); }
     void clear_slot(int slot) override { state_->clear(slot); }
     int slot_length(int slot) const override {
         check_slot(slot);
@@ -68,6 +69,7 @@ private:
         Tensor rows;     // I32 [n_batch]: batch rows that get logits (head backend)
         Tensor xo;       // [E, kHeadChunk] rows for the head
         Tensor logits;   // [V, kHeadChunk]
+        Tensor picks;    // I32 [kHeadChunk]: argmax of each logits row (forward_argmax)
     };
 
     void check_slot(int slot) const {
@@ -76,6 +78,8 @@ private:
     }
     std::vector<StepInfo::Segment> validate(const Batch& batch) const;
     void alloc_scratch(int bi, bool attn, bool rec);
+    // One forward pass; the head's result goes to exactly one of logits / ids.
+    void step(const Batch& batch, std::vector<float>* logits, std::vector<int32_t>* ids);
     void prepare_step(int bi, const Batch& batch, const std::vector<StepInfo::Segment>& segs);
     Backend& backend(int bi) const { return *placement_.backends[size_t(bi)]; }
 
@@ -233,6 +237,7 @@ void TransformerModel::alloc_scratch(int bi, bool attn, bool rec) {
         p.rows = be.alloc(GgmlType::I32, {B}, "logit_rows");
         p.xo = be.alloc(GgmlType::F32, {E, kHeadChunk}, "head_in");
         p.logits = be.alloc(GgmlType::F32, {hp_.n_vocab, kHeadChunk}, "logits");
+        p.picks = be.alloc(GgmlType::I32, {kHeadChunk}, "argmax_ids");
     }
 }
 
@@ -283,7 +288,7 @@ void TransformerModel::prepare_step(int bi, const Batch& batch, const std::vecto
     be.write(st.seg_t, st.segments.data(), st.segments.size() * sizeof(StepInfo::Segment));
 }
 
-void TransformerModel::forward(const Batch& batch, std::vector<float>& logits) {
+void TransformerModel::step(const Batch& batch, std::vector<float>* logits, std::vector<int32_t>* ids) {
     const std::vector<StepInfo::Segment> segs = validate(batch);
     const int T = int(batch.size());
     const int64_t V = hp_.n_vocab;
@@ -306,7 +311,8 @@ void TransformerModel::forward(const Batch& batch, std::vector<float>& logits) {
     //    head needs several chunks (a read inside the step).
     const bool offload = offload_ && !dumper_ && offload_->begin(batch.pos, segs);
     const bool graphs = !dumper_ && !offload && n_out <= kHeadChunk;
-    const uint64_t shape = uint64_t(T) | uint64_t(segs.size()) << 20 | uint64_t(n_out) << 40;
+    const uint64_t shape =
+        uint64_t(T) | uint64_t(segs.size()) << 20 | uint64_t(n_out) << 40 | uint64_t(ids ? 1 : 0) << 63;
     int cur = -1, run = 0;
     bool issue = true;  // false: the backend replays a recording of this run
     auto t_run = std::chrono::steady_clock::now();
@@ -368,7 +374,13 @@ void TransformerModel::forward(const Batch& batch, std::vector<float>& logits) {
     Backend& be = backend(cur);
     PerBackend& p = pb_[size_t(cur)];
     const Tensor x = first_rows(p.s.x, T);
-    logits.resize(size_t(n_out * V));
+    if (logits) logits->resize(size_t(n_out * V));
+    if (ids) ids->resize(size_t(n_out));
+    // The head's result of rows [r0, r0 + n) to the caller.
+    auto read_out = [&](int64_t r0, int64_t n) {
+        if (logits) be.read(p.logits, logits->data() + r0 * V, size_t(n * V) * 4);
+        else be.read(p.picks, ids->data() + r0, size_t(n) * 4);
+    };
     for (int64_t r0 = 0; r0 < n_out; r0 += kHeadChunk) {
         const int64_t n = std::min<int64_t>(kHeadChunk, n_out - r0);
         const Tensor xo = first_rows(p.xo, n), lg = first_rows(p.logits, n);
@@ -377,12 +389,13 @@ void TransformerModel::forward(const Batch& batch, std::vector<float>& logits) {
             be.rms_norm(xo, output_norm_, hp_.rms_eps, xo);
             if (dumper_) dumper_->write(-1, "result_norm", xo);
             be.matmul(output_, xo, lg, &output_b_);
+            if (ids) be.argmax(lg, view(p.picks, {n}, {}));
         }
-        if (!graphs) be.read(lg, logits.data() + r0 * V, size_t(n * V) * 4);
+        if (!graphs) read_out(r0, n);
     }
     if (graphs) {
         be.end_graph();
-        if (n_out > 0) be.read(p.logits, logits.data(), size_t(n_out * V) * 4);
+        if (n_out > 0) read_out(0, n_out);
     }
     abort_guard.armed = false;
     if (time_runs_) {
@@ -414,6 +427,17 @@ std::string TransformerModel::backend_description() const {
 }
 
 }  // namespace
+
+void Model::forward_argmax(const Batch& batch, std::vector<int32_t>& ids) {
+    std::vector<float> logits;
+    forward(batch, logits);
+    const int64_t V = hparams().n_vocab;
+    ids.resize(logits.size() / size_t(V));
+    for (size_t r = 0; r < ids.size(); ++r) {
+        const float* row = logits.data() + r * size_t(V);
+        ids[r] = int32_t(std::max_element(row, row + V) - row);  // first maximum: lowest index on ties
+    }
+}
 
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opt, Placement placement) {
     return std::make_unique<TransformerModel>(gguf::File::open(path), opt, std::move(placement));

@@ -77,6 +77,11 @@ public:
     // Runs the batch. `logits` receives n_vocab floats per token with want_logits,
     // in batch order. Throws Error (e.g. context full) without changing state.
     virtual void forward(const Batch& batch, std::vector<float>& logits) = 0;
+    // The same step for greedy decoding: `ids` receives, per token with
+    // want_logits, the index of its largest logit (lowest on ties), picked
+    // where the logits are computed, so a GPU sends back 4 bytes per row
+    // instead of n_vocab floats.
+    virtual void forward_argmax(const Batch& batch, std::vector<int32_t>& ids);
 
     // Forgets a slot's history (KV length 0, recurrent state zero).
     virtual void clear_slot(int slot) = 0;

@@ -27,6 +27,13 @@ uint64_t random_seed() {
 
 }  // namespace
 
+bool Sampler::is_plain_argmax() const {
+    const SamplingParams& p = params_;
+    const bool penalties = window_ > 0 && (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                                           p.frequency_penalty != 0.0f);
+    return p.temperature <= 0.0f && p.logit_bias.empty() && !penalties;
+}
+
 int32_t argmax(const float* v, int n) {
     int32_t best = 0;
     float best_v = v[0];

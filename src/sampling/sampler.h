@@ -24,6 +24,11 @@ public:
     // accept() with whatever token is actually appended to the sequence.
     int32_t sample(float* logits);
 
+    // True when sample() is the plain argmax of the raw logits: greedy, no
+    // bias, no penalties. The caller may then let the backend pick the token
+    // (Model::forward_argmax) and never look at the logits.
+    bool is_plain_argmax() const;
+
     // Appends a token (prompt or generated) to the penalty history.
     void accept(int32_t token);
 

@@ -261,11 +261,21 @@ bool Scheduler::step() {
         const Slot& s = slots_[size_t(batch_.slot[i])];
         if (batch_.pos[i] < int(s.seq->prompt().size())) n_prompt_tokens++;
     }
+    // Only greedy requests waiting for a token: the backend picks them and
+    // sends back one id per row instead of n_vocab floats.
+    bool argmax = !want.empty();
+    for (const Slot* s : want) argmax = argmax && s->seq->picks_argmax();
     const auto t_forward = Clock::now();
     try {
-        model_.forward(batch_, logits_);
-        if (logits_.size() != want.size() * size_t(n_vocab_))
-            fail(strfmt("model returned %zu logits for %zu rows", logits_.size(), want.size()));
+        if (argmax) {
+            model_.forward_argmax(batch_, ids_);
+            if (ids_.size() != want.size())
+                fail(strfmt("model returned %zu tokens for %zu rows", ids_.size(), want.size()));
+        } else {
+            model_.forward(batch_, logits_);
+            if (logits_.size() != want.size() * size_t(n_vocab_))
+                fail(strfmt("model returned %zu logits for %zu rows", logits_.size(), want.size()));
+        }
     } catch (const std::exception& e) {
         for (Slot* s : touched) fail_slot(*s, std::string("model error: ") + e.what());
         return true;
@@ -279,8 +289,11 @@ bool Scheduler::step() {
     // Sequence, Slot and Job; metrics are atomic): a big batch spreads them
     // over the sampling threads. 64 greedy rows over a 248k vocabulary are
     // ~6 ms on one core, as much as the forward pass they follow.
-    auto sample = [&](size_t i) { want[i]->seq->on_logits(logits_.data() + i * size_t(n_vocab_)); };
-    if (sample_pool_ && want.size() >= size_t(std::max(1, opt_.parallel_sample_rows))) {
+    auto sample = [&](size_t i) {
+        if (argmax) want[i]->seq->on_token(ids_[i]);
+        else want[i]->seq->on_logits(logits_.data() + i * size_t(n_vocab_));
+    };
+    if (!argmax && sample_pool_ && want.size() >= size_t(std::max(1, opt_.parallel_sample_rows))) {
         std::vector<std::string> errors(want.size());
         sample_pool_->run_on_all([&](int id, int nt) {
             for (size_t i = size_t(id); i < want.size(); i += size_t(nt)) {

@@ -120,6 +120,7 @@ private:
     uint64_t use_clock_ = 0;
     Batch batch_;
     std::vector<float> logits_;
+    std::vector<int32_t> ids_;  // greedy picks (Model::forward_argmax)
     std::unique_ptr<ThreadPool> sample_pool_;  // -np >= 8 only
 
     std::mutex mu_;

@@ -1,5 +1,6 @@
 #include "runtime/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -174,6 +175,20 @@ void CpuBackend::run_pending() {
             for (int64_t i = 0; i < m.w.ne[1]; ++i) yr[i] += bv[i];
         }
     }
+}
+
+void CpuBackend::argmax(const Tensor& logits, const Tensor& ids) {
+    flush();
+    const int64_t V = logits.ne[0], T = logits.ne[1];
+    if (ids.type != GgmlType::I32 || ids.ne[0] < T || logits.type != GgmlType::F32)
+        fail(strfmt("argmax: logits %s / ids %s do not fit", shape_str(logits).c_str(), shape_str(ids).c_str()));
+    int32_t* out = static_cast<int32_t*>(ids.data);
+    parallel_rows(T, double(V), [&](int64_t first, int64_t last) {
+        for (int64_t t = first; t < last; ++t) {
+            const float* row = logits.row<float>(t);
+            out[t] = int32_t(std::max_element(row, row + V) - row);  // first maximum: lowest index on ties
+        }
+    });
 }
 
 }  // namespace qinfer

@@ -51,6 +51,7 @@ public:
                           const StepInfo& step, const Tensor& out) override;
     void copy(const Tensor& src, const Tensor& dst) override;
     void copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offset, size_t bytes) override;
+    void argmax(const Tensor& logits, const Tensor& ids) override;
 
     // Calls fn(first, last) over [0, n) items of about `work` multiply-adds
     // each, in chunks spread over the pool; small ops run on the calling thread,
