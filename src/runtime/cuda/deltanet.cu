@@ -7,6 +7,7 @@
 // for prompts (§5.7) that turns 32 tokens at a time into small matrix products.
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -86,10 +87,13 @@ constexpr int GDR_WARPS = 4;
 constexpr int GDR_ROWS = 4;  // value rows per warp
 
 // Block: (row group, value head, segment). KPL keys per lane (d_k = 32 * KPL).
+// Segments longer than max_count are left to the chunked kernel.
 template <int KPL>
-__global__ void __launch_bounds__(GDR_WARPS * WARP) gdr_seq_kernel(DeltaArgs p, const Segment* __restrict__ seg) {
+__global__ void __launch_bounds__(GDR_WARPS * WARP)
+    gdr_seq_kernel(DeltaArgs p, const Segment* __restrict__ seg, int max_count) {
     const int j = blockIdx.y;
     const Segment sg = seg[blockIdx.z];
+    if (sg.count > max_count) return;
     const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
     const int r0 = (blockIdx.x * GDR_WARPS + wid) * GDR_ROWS;
     const int dk = p.dk, dv = p.dv;
@@ -199,9 +203,10 @@ __global__ void __launch_bounds__(GDR_WARPS * WARP) gdr_seq_kernel(DeltaArgs p, 
 // mapping is as close to an f64 serial reference as the f32 serial form is
 // (1024-token segment: state 6e-7 relative), so long prompts do not drift.
 //
-// Cost, d_k = d_v = 128, per block and 32-token chunk: Z 524K FMA, state update
-// 131K, output 17K, substitution 16K (32 steps of shuffle latency) = ~690K FMA
-// = 5.4K cycles of one SM's 128 FP32 lanes; with ~70% issue efficiency and
+// Cost, d_k = d_v = 128, per block and 32-token chunk: Z 459K FMA (the always
+// masked quarter of the k.k and q.k blocks skipped), state update 131K, output
+// 17K, substitution 16K (32 steps of shuffle latency) = ~620K FMA = 4.9K cycles
+// of one SM's 128 FP32 lanes; with ~70% issue efficiency and
 // ~2K cycles of barriers and latency, ~9.5K cycles = ~5 us per chunk. Hv = 32
 // heads x 4 row blocks = 128 blocks, one per SM on a 132-SM H200, so per
 // layer: T = 512 (16 chunks) ~75 us (serial: 329 us measured), T = 4096 ~600 us;
@@ -228,8 +233,9 @@ struct ChunkSmem {
     float g[CT], beta[CT], eg[CT];  // g, beta, Gamma = exp(gamma)
 };
 
+// Segments shorter than min_count are left to the serial kernel.
 template <int DK>
-__global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Segment* __restrict__ seg) {
+__global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Segment* __restrict__ seg, int min_count) {
     constexpr int KQ = DK / 4;              // float4 per key row
     constexpr int LDQ = CT * KQ / CNT;      // float4 of k (and of q) each thread stages per chunk
     constexpr int LDV = CT * CV / CNT;      // v elements each thread stages per chunk
@@ -240,6 +246,7 @@ __global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Se
     const int tid = threadIdx.x, lane = tid % WARP, wid = tid / WARP;
     const int c0 = blockIdx.x * CV, j = blockIdx.y, kh = j % p.Hk;
     const Segment sg = seg[blockIdx.z];
+    if (sg.count < min_count) return;
     const int dv = p.dv;
     float* S = p.S + ((int64_t(sg.slot) * p.Hv + j) * dv + c0) * DK;
     const float scale = rsqrtf(float(DK));
@@ -346,6 +353,9 @@ __global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Se
                 for (int i = 0; i < 4; ++i)
 #pragma unroll
                     for (int i2 = 0; i2 < 4; ++i2) {
+                        // row tr against row tc + 16 (k or q against k) is always above
+                        // the diagonal: masked, so not computed (1/8 of the product)
+                        if (i2 == 1 && (i == 0 || i == 2)) continue;
                         float a = acc[i][i2];
                         a = fmaf(xv[i].x, yv[i2].x, a);
                         a = fmaf(xv[i].y, yv[i2].y, a);
@@ -441,7 +451,7 @@ __global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Se
 
 // Opts the kernel in to its shared memory size on the current device (once per device).
 template <int DK>
-void launch_chunked(const DeltaArgs& a, const Segment* seg, int n_seg, cudaStream_t s) {
+void launch_chunked(const DeltaArgs& a, const Segment* seg, int n_seg, int min_count, cudaStream_t s) {
     constexpr int kMaxDevices = 64;
     static std::atomic<bool> raised[kMaxDevices];
     const size_t bytes = sizeof(ChunkSmem<DK>);
@@ -453,7 +463,7 @@ void launch_chunked(const DeltaArgs& a, const Segment* seg, int n_seg, cudaStrea
         if (dev < kMaxDevices) raised[dev].store(true);
     }
     const dim3 grid(static_cast<unsigned>(a.dv / CV), static_cast<unsigned>(a.Hv), static_cast<unsigned>(n_seg));
-    gdr_chunk_kernel<DK><<<grid, CNT, bytes, s>>>(a, seg);
+    gdr_chunk_kernel<DK><<<grid, CNT, bytes, s>>>(a, seg, min_count);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -465,12 +475,12 @@ bool chunked_fits(const DeltaArgs& a) {
            a.q_t % 4 == 0 && a.k_t % 4 == 0 && a.q_h % 4 == 0 && a.k_h % 4 == 0;
 }
 
-// Auto picks the chunked kernel for a launch whose longest segment has at least
-// this many tokens (it then takes every segment of the launch; short ones cost
-// it one padded chunk, in parallel with the long ones). Predicted crossover: a
-// chunk costs ~5 us whatever its length, a serial token ~0.65 us (329 us / 512
-// measured), so ~8 tokens; 16 keeps decode, speculative and small-batch steps
-// on the serial kernel, which they ran on before, at a cost of at most ~5 us.
+// Auto gives the chunked kernel the segments of at least this many tokens.
+// Predicted crossover: a chunk costs ~4-5 us whatever its length, a serial
+// token ~0.65 us (329 us / 512 measured), so ~8 tokens; 16 keeps decode,
+// speculative and small-batch steps on the serial kernel they ran on before,
+// at a cost of at most ~5 us where the guess is off. The test prints both
+// kernels' times at 8..64 tokens to set it from measurements.
 constexpr int kGdrChunkMinTokens = 16;
 
 // QINFER_CUDA_GDR=serial|chunked forces one kernel (A/B runs); default: by segment length.
@@ -509,23 +519,34 @@ void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max
     if (n_seg == 0) return;
     if (a.Hv % a.Hk != 0) fail(strfmt("CUDA delta rule: %d value heads over %d key heads", a.Hv, a.Hk));
     if (path == GdrPath::Auto) path = env_path();
-    if (path == GdrPath::Auto) path = max_seg_len >= kGdrChunkMinTokens ? GdrPath::Chunked : GdrPath::Serial;
-    if (path == GdrPath::Chunked && chunked_fits(a)) {
-        if (a.dk == 128)
-            launch_chunked<128>(a, seg, n_seg, s);
-        else
-            launch_chunked<64>(a, seg, n_seg, s);
-        QINFER_CUDA_LAUNCHED("gated_delta_rule (chunked)");
-        return;
+    // Which segments the chunked kernel takes (count >= chunk_min); the serial
+    // kernel takes the rest. A chunk costs the same for 1 token as for 32, so in a
+    // mixed batch (a prompt next to decode tokens) the short segments stay serial,
+    // in a second launch that is skipped when one segment is all there is.
+    int chunk_min = INT_MAX;
+    if (chunked_fits(a)) {
+        if (path == GdrPath::Chunked)
+            chunk_min = 0;
+        else if (path == GdrPath::Auto && max_seg_len >= kGdrChunkMinTokens)
+            chunk_min = kGdrChunkMinTokens;
     }
+    if (chunk_min != INT_MAX) {
+        if (a.dk == 128)
+            launch_chunked<128>(a, seg, n_seg, chunk_min, s);
+        else
+            launch_chunked<64>(a, seg, n_seg, chunk_min, s);
+        QINFER_CUDA_LAUNCHED("gated_delta_rule (chunked)");
+        if (chunk_min == 0 || n_seg == 1) return;
+    }
+    const int serial_max = chunk_min == INT_MAX ? INT_MAX : chunk_min - 1;
     const int rows_per_block = GDR_WARPS * GDR_ROWS;
     const dim3 grid(static_cast<unsigned>(ceil_div(a.dv, rows_per_block)), static_cast<unsigned>(a.Hv),
                     static_cast<unsigned>(n_seg));
     switch (a.dk) {
-        case 32: gdr_seq_kernel<1><<<grid, GDR_WARPS * WARP, 0, s>>>(a, seg); break;
-        case 64: gdr_seq_kernel<2><<<grid, GDR_WARPS * WARP, 0, s>>>(a, seg); break;
-        case 128: gdr_seq_kernel<4><<<grid, GDR_WARPS * WARP, 0, s>>>(a, seg); break;
-        case 256: gdr_seq_kernel<8><<<grid, GDR_WARPS * WARP, 0, s>>>(a, seg); break;
+        case 32: gdr_seq_kernel<1><<<grid, GDR_WARPS * WARP, 0, s>>>(a, seg, serial_max); break;
+        case 64: gdr_seq_kernel<2><<<grid, GDR_WARPS * WARP, 0, s>>>(a, seg, serial_max); break;
+        case 128: gdr_seq_kernel<4><<<grid, GDR_WARPS * WARP, 0, s>>>(a, seg, serial_max); break;
+        case 256: gdr_seq_kernel<8><<<grid, GDR_WARPS * WARP, 0, s>>>(a, seg, serial_max); break;
         default: fail(strfmt("CUDA delta rule: key head dim %d not supported (32, 64, 128, 256)", a.dk));
     }
     QINFER_CUDA_LAUNCHED("gated_delta_rule");
