@@ -466,11 +466,12 @@ uint64_t fused_producers(Backend& be) {
 #endif
 }
 
-// rms_norm -> quantized matmuls, swiglu -> matmul, sigmoid gate -> matmul and an
-// in-place norm -> matmul, as a decode step issues them, with the producer fused
-// into the activation quantization and without: outputs and products must be
-// bit-identical (same quants, same kernels after them) and match the CPU, in
-// eager runs, a graph recording and graph replays with new inputs.
+// rms_norm -> quantized matmuls, swiglu -> matmul, sigmoid gate -> matmul, an
+// in-place norm -> matmul, a per-head gated norm -> matmul and norm pairs (one
+// independent, one not), as a decode step issues them, with the producer fused
+// into the activation quantization (pairs in one launch) and without: outputs
+// and products must be bit-identical (same quants, same kernels after them) and
+// match the CPU, in eager runs, a graph recording and graph replays.
 TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
     REQUIRE_GPU();
     if (const char* f = std::getenv("QINFER_CUDA_FUSE"); f && std::string(f) == "0")
@@ -478,25 +479,32 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
     Trio tr;
     struct Case {
         GgmlType type;
-        int64_t K, F, d, H;  // hidden, FFN width, gated rows d x H per token
+        int64_t K, F, d, H;  // hidden, FFN width, gated / normed rows d x H per token
     };
     const Case cases[] = {
         {GgmlType::Q4_K, 2560, 512, 64, 8},  {GgmlType::Q6_K, 2560, 512, 64, 8},
         {GgmlType::Q4_K, 768, 256, 32, 8},   {GgmlType::Q6_K, 768, 768, 128, 2},
         {GgmlType::Q8_0, 2080, 544, 40, 4},  // Q8_0 activations, rows not a multiple of 256
         {GgmlType::Q4_1, 2080, 544, 40, 4},  // Q8_1 activations
+        {GgmlType::Q8_0, 2080, 544, 16, 16},  // 16-float heads: 2 lanes per head
     };
     uint32_t seed = 500;
     for (const Case& c : cases) {
         const int64_t K = c.K, F = c.F, dH = c.d * c.H;
         const Trio::T3 w1 = tr.weight(c.type, K, F, ++seed), w2 = tr.weight(c.type, K, F, ++seed);
         const Trio::T3 wd = tr.weight(c.type, F, K, ++seed), wo = tr.weight(c.type, dH, K, ++seed);
-        const Trio::T3 nw = tr.f32({K}, "norm");
+        const Trio::T3 nw = tr.f32({K}, "norm"), hw = tr.f32({c.d}, "head norm");
         tr.put(nw, randn(size_t(K), ++seed));
+        tr.put(hw, randn(size_t(c.d), ++seed));
+        // The gated norm goes into the quantization when a head is 8 * 2^k floats
+        // (whole lanes) and the heads in a warp's 256 floats share a token.
+        const bool gated_fuses = (c.d & (c.d - 1)) == 0 && c.d >= 8 && (c.d >= 256 || c.H % (256 / c.d) == 0);
         for (int64_t T : {1, 4}) {
             const Trio::T3 x = tr.f32({K, T}, "x"), qg = tr.f32({2 * dH, T}, "qg"), att = tr.f32({dH, T}, "att");
             const Trio::T3 h = tr.out({K, T}, "h"), g = tr.out({F, T}, "g"), u = tr.out({F, T}, "u");
             const Trio::T3 o = tr.out({K, T}, "o"), o2 = tr.out({K, T}, "o2"), y3 = tr.out({F, T}, "y3");
+            const Trio::T3 yg = tr.out({dH, T}, "yg"), o3 = tr.out({K, T}, "o3"), la = tr.out({dH, T}, "la"),
+                           lb = tr.out({dH, T}, "lb"), ra = tr.out({dH, T}, "ra"), rb = tr.out({dH, T}, "rb");
             uint64_t fused0 = 0;
             // Step 0 sizes the scratch buffers (which may split its queue); then
             // eager or recorded, recorded or replayed, replayed.
@@ -519,10 +527,17 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
                     be.matmul(wo[i], att[i], o2[i], nullptr);
                     be.rms_norm(o2[i], nw[i], 1e-6f, o2[i]);
                     be.matmul(w1[i], o2[i], y3[i], nullptr);
+                    auto heads = [&](const Trio::T3& t) { return reshape(t[i], {c.d, c.H, T}); };
+                    be.rms_norm_gated(att3, hw[i], gate, 1e-6f, heads(yg));
+                    be.matmul(wo[i], yg[i], o3[i], nullptr);
+                    be.l2_norm(att3, 1e-6f, heads(la));  // independent: one launch
+                    be.l2_norm(gate, 1e-6f, heads(lb));
+                    be.rms_norm(att3, hw[i], 1e-6f, heads(ra));  // the second reads the first's output
+                    be.rms_norm(heads(ra), hw[i], 1e-6f, heads(rb));
                 }
                 const std::string at = std::string(type_name(c.type)) + " K=" + std::to_string(K) +
                                        " T=" + std::to_string(T) + " step " + std::to_string(step);
-                for (const Trio::T3* t : {&h, &g, &att, &o, &o2, &y3}) {
+                for (const Trio::T3* t : {&h, &g, &att, &o, &o2, &y3, &yg, &o3, &la, &lb, &ra, &rb}) {
                     const std::vector<float> ref = tr.get(0, (*t)[0]), off = tr.get(1, (*t)[1]),
                                              on = tr.get(2, (*t)[2]);
                     EXPECT_EQ(0, std::memcmp(off.data(), on.data(), off.size() * 4))
@@ -535,10 +550,11 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
                     EXPECT_LT(m, 5e-3 * (r + 1)) << (*t)[0].name << " vs CPU, " << at;
                 }
             }
-            // Per issued step: the two norms, swiglu and the sigmoid gate; steps
-            // 1-3 issue them once or twice (the others replay a graph).
-            const uint64_t fused = fused_producers(*tr.be[2]) - fused0;
-            EXPECT_TRUE(fused == 4 || fused == 8) << fused << " fused, " << type_name(c.type) << " T=" << T;
+            // Per issued step: the two norms, swiglu, the sigmoid gate, the l2 pair
+            // and the gated norm where it fits; steps 1-3 issue them once or twice
+            // (the others replay a graph).
+            const uint64_t per = 5 + (gated_fuses ? 1 : 0), fused = fused_producers(*tr.be[2]) - fused0;
+            EXPECT_TRUE(fused == per || fused == 2 * per) << fused << " fused, " << type_name(c.type) << " T=" << T;
             EXPECT_EQ(fused_producers(*tr.be[1]), 0u);
         }
     }

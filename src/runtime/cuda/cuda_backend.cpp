@@ -587,15 +587,14 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Te
     const float* wp = static_cast<const float*>(w.data);
     sig(uint32_t(3), xr, wp, eps, yr);
     enqueue([=, s = stream_] { cuda::rms_norm(xr, wp, eps, yr, s); });
-    if (deferring()) {
-        PendingOp& op = pending_.back();
-        op.kind = PendingOp::Norm;
-        op.a = xr;
-        op.y = yr;
-        op.norm_w = wp;
-        op.eps = eps;
-    }
+    if (deferring()) tag_norm(cuda::NormJob{cuda::NormOp::Rms, xr, xr, yr, wp, eps});
     wrote(y);
+}
+
+void CudaBackend::tag_norm(const cuda::NormJob& j) {
+    PendingOp& op = pending_.back();
+    op.kind = PendingOp::Norm;
+    op.norm = j;
 }
 
 void CudaBackend::l2_norm(const Tensor& x, float eps, const Tensor& y) {
@@ -603,6 +602,7 @@ void CudaBackend::l2_norm(const Tensor& x, float eps, const Tensor& y) {
     const Rows xr = rows_of(x, "l2_norm"), yr = rows_of(y, "l2_norm");
     sig(uint32_t(4), xr, eps, yr);
     enqueue([=, s = stream_] { cuda::l2_norm(xr, eps, yr, s); });
+    if (deferring()) tag_norm(cuda::NormJob{cuda::NormOp::L2, xr, xr, yr, nullptr, eps});
     wrote(y);
 }
 
@@ -614,6 +614,7 @@ void CudaBackend::rms_norm_gated(const Tensor& x, const Tensor& w, const Tensor&
     const float* wp = static_cast<const float*>(w.data);
     sig(uint32_t(5), xr, wp, zr, eps, yr);
     enqueue([=, s = stream_] { cuda::rms_norm_gated(xr, wp, zr, eps, yr, s); });
+    if (deferring()) tag_norm(cuda::NormJob{cuda::NormOp::RmsGated, xr, zr, yr, wp, eps});
     wrote(y);
 }
 
@@ -859,10 +860,11 @@ void CudaBackend::destroy_graph(GraphRec& g) {
 // Peephole fusion on the way: adjacent quantized matvecs over the same
 // activations become one launch, and an add that consumes the last one's
 // output right after it becomes its epilogue (both outputs still written, so
-// the result is the same as running the ops one by one). An rms_norm, swiglu or
+// the result is the same as running the ops one by one). A norm, swiglu or
 // sigmoid_mul whose output rows are exactly what the activation quantization
 // right after it reads is computed inside that quantization (its output still
-// written; the quants bit-identical to the two ops one by one).
+// written; the quants bit-identical to the two ops one by one), and two
+// adjacent independent norms of one shape (q and k heads) share a launch.
 void CudaBackend::run_pending(const std::vector<void*>* pinned) {
     const size_t n = pending_.size();
     // Profiling: the stream is held while a run of up to kHeld ops is queued
@@ -909,14 +911,22 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
             ++i;
             continue;
         }
-        if (fuse_norm_ && (op.kind == PendingOp::Norm || op.kind == PendingOp::Gate) && i + 1 < n &&
-            pending_[i + 1].kind == PendingOp::Quantize) {
-            const cuda::ActDest& q = pending_[i + 1].dest;
+        if (fuse_norm_ && (op.kind == PendingOp::Norm || op.kind == PendingOp::Gate) && i + 1 < n) {
+            const PendingOp& nx = pending_[i + 1];
             const bool norm = op.kind == PendingOp::Norm;
-            if (norm ? cuda::rms_norm_quantize_fits(op.a, op.y, q) : cuda::gate_quantize_fits(op.a, op.b, op.y, q)) {
-                if (prof) before("fused: " + op.label + " + " + pending_[i + 1].label);
-                if (norm) cuda::rms_norm_quantize(op.a, op.norm_w, op.eps, op.y, q, stream_);
-                else cuda::gate_quantize(op.gate, op.a, op.b, op.y, q, stream_);
+            auto into_quant = [&](const PendingOp& a, const PendingOp& b) {
+                if (b.kind != PendingOp::Quantize) return false;
+                return a.kind == PendingOp::Norm ? cuda::norm_quantize_fits(a.norm, b.dest)
+                                                 : cuda::gate_quantize_fits(a.a, a.b, a.y, b.dest);
+            };
+            // norm + norm: unless the second one goes into the quantization after it
+            const bool pair = norm && nx.kind == PendingOp::Norm && cuda::norm_pair_fits(op.norm, nx.norm) &&
+                              !(i + 2 < n && into_quant(nx, pending_[i + 2]));
+            if (pair || into_quant(op, nx)) {
+                if (prof) before("fused: " + op.label + " + " + nx.label);
+                if (pair) cuda::norm_pair(op.norm, nx.norm, stream_);
+                else if (norm) cuda::norm_quantize(op.norm, nx.dest, stream_);
+                else cuda::gate_quantize(op.gate, op.a, op.b, op.y, nx.dest, stream_);
                 after();
                 ++fused_producers_;
                 i += 2;

@@ -93,6 +93,7 @@ private:
     // while x was not written since.
     cuda::ActQ activations(GgmlType wt, const Tensor& x, int64_t K, int64_t T);
     void wrote(const Tensor& t);  // an op wrote t: drop cached activations that overlap it
+    void tag_norm(const cuda::NormJob& j);  // the op just queued is this norm (for fusion at flush)
     void check_ours(const Tensor& t, const char* op) const;
     void print_load_stats_once();
 
@@ -151,16 +152,16 @@ private:
         cuda::MatvecJob mv;  // Matvec: quantized weight, T <= 8
         cuda::ActQ act;
         int64_t T = 0;
-        cuda::Rows a, b, y;  // Add, Gate (a, b -> y), Norm (a -> y)
-        const float* norm_w = nullptr;  // Norm: rms_norm weight and eps
-        float eps = 0.f;
+        cuda::Rows a, b, y;  // Add, Gate (a, b -> y)
+        cuda::NormJob norm;  // Norm
         cuda::Gate gate = cuda::Gate::Swiglu;
         cuda::ActDest dest;  // Quantize: what it quantizes, and where to
         std::string label;   // QINFER_CUDA_PROFILE only
     };
     bool fuse_ = true;
-    // rms_norm / swiglu / sigmoid_mul computed inside the activation quantization
-    // that follows them (QINFER_CUDA_FUSE_NORM=0 turns just this off).
+    // Norms, swiglu and sigmoid_mul computed inside the activation quantization
+    // that follows them, and two independent norms in one launch
+    // (QINFER_CUDA_FUSE_NORM=0 turns just these off).
     bool fuse_norm_ = true;
     uint64_t fused_producers_ = 0;
     struct GraphRec {
@@ -212,8 +213,9 @@ public:
     // Steps replayed from graphs / run eagerly so far (for benchmarks and tests).
     uint64_t graph_launches() const { return graph_launches_; }
     uint64_t eager_flushes() const { return eager_flushes_; }
-    // Producers (rms_norm, swiglu, sigmoid_mul) issued fused with the activation
-    // quantization after them (counted when issued, not per graph replay).
+    // Producers (norms, swiglu, sigmoid_mul) issued fused with the activation
+    // quantization after them, and norm pairs issued as one launch (counted when
+    // issued, not per graph replay).
     uint64_t fused_producers() const { return fused_producers_; }
 };
 

@@ -120,12 +120,26 @@ struct ActDest {
     int64_t ldx = 0, K = 0, T = 0;
     void* buf = nullptr;
 };
-// rms_norm(x, w, eps, y) and then quantize_act(q) of its output, in one launch:
-// y is written as rms_norm writes it and the quants are bit-identical to the two
-// ops run one by one. Applies when y's rows are exactly q's input rows, q is an
-// 8-bit kind and rows are at most 8192 floats (the launch fails otherwise).
-bool rms_norm_quantize_fits(Rows x, Rows y, const ActDest& q);
-void rms_norm_quantize(Rows x, const float* w, float eps, Rows y, const ActDest& q, cudaStream_t s);
+// A norm as rms_norm / l2_norm / rms_norm_gated take it.
+enum class NormOp { Rms, L2, RmsGated };
+struct NormJob {
+    NormOp op = NormOp::Rms;
+    Rows x, z, y;              // z: RmsGated only
+    const float* w = nullptr;  // Rms, RmsGated
+    float eps = 0.f;
+};
+// The norm and then quantize_act(q) of its output, in one launch: y is written
+// as the norm writes it and the quants are bit-identical to the two ops run one
+// by one. Applies (else the launch fails) to Rms / RmsGated rows of at most 8192
+// floats that are exactly q's input rows (a token row may be several norm rows,
+// e.g. heads, when their length is a power of two), q an 8-bit kind.
+bool norm_quantize_fits(const NormJob& j, const ActDest& q);
+void norm_quantize(const NormJob& j, const ActDest& q, cudaStream_t s);
+// Two norms of one kind, eps and row length (q and k heads) in one launch, the
+// results those of a then b; applies when b neither reads nor writes what a
+// writes, nor writes what a reads.
+bool norm_pair_fits(const NormJob& a, const NormJob& b);
+void norm_pair(const NormJob& a, const NormJob& b, cudaStream_t s);
 // swiglu / sigmoid_mul and then quantize_act(q) of their output, likewise.
 enum class Gate { Swiglu, SigmoidMul };
 bool gate_quantize_fits(Rows a, Rows b, Rows y, const ActDest& q);

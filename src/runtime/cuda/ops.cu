@@ -13,8 +13,8 @@ __device__ __forceinline__ float* row_ptr(const Rows& r, int64_t i) {
     return r.data + (i % r.n1) * r.s1 + (i / r.n1) * r.s2;
 }
 
-// Norm kernels: one warp per row when rows are short, else one block per row.
-enum class NormKind { Rms, L2, RmsGated };
+// Norm kernels for rows longer than kRegRowMax: one block per row.
+using NormKind = NormOp;
 
 template <NormKind KIND, bool WARP_PER_ROW>
 __global__ void norm_kernel(Rows x, Rows z, const float* __restrict__ w, float eps, Rows y, int64_t rows) {
@@ -52,15 +52,25 @@ __global__ void norm_kernel(Rows x, Rows z, const float* __restrict__ w, float e
 
 // Rows of up to kRegRowMax floats (every hidden size we run): the row is held in
 // registers, 8 consecutive elements per thread (two 16-byte loads when aligned),
-// over tpr = 32 * ceil(n / 256) threads; x, w (and z) are read once and all loads
-// are in flight before the reduction (warp shuffles, plus one shared-memory step
-// when a row spans several warps). Short rows share a block. The fused variant
-// (QK != 0) quantizes the normed row for a matrix product from the same
-// registers (act_quant.cuh): its activations are bit-identical to rms_norm
-// followed by quantize_act, because both run this kernel for the norm.
+// over tpr threads: the smallest power of two >= n / 8 for rows up to 256, else
+// 32 * ceil(n / 256). x, w (and z) are read once with all loads in flight before
+// the reduction (shuffles within the row's lanes, plus one shared-memory step
+// when a row spans several warps). Short rows share a warp / block.
+//
+// One launch may run two independent norms of one kind and length (q and k
+// heads): rows [0, rows0) are set 0, the rest set 1. The fused variant (QK != 0)
+// quantizes the normed rows for a matrix product from the same registers
+// (act_quant.cuh): m consecutive op rows form one token row of the product's
+// input. Its activations are bit-identical to the norm followed by
+// quantize_act, because the plain norm runs this kernel with the same tpr.
 constexpr int64_t kRegRowMax = 8192;
 
-inline int reg_row_threads(int64_t n) { return int((n + 255) / 256) * WARP; }
+inline int reg_row_threads(int64_t n) {
+    if (n > 256) return int((n + 255) / 256) * WARP;
+    int t = 1;
+    while (t * 8 < n) t *= 2;
+    return t;
+}
 
 template <bool VEC>
 __device__ __forceinline__ void load8(const float* p, int64_t k0, int64_t n, float (&v)[8]) {
@@ -88,14 +98,31 @@ __device__ __forceinline__ void store8(float* p, int64_t k0, int64_t n, const fl
     }
 }
 
-// QK: 0 = no quantization, 1 = Q8_0, 2 = Q8_1, 3 = Q8_K (row r is token r of q).
+struct RegNormArgs {
+    Rows x0, z0, y0, x1, z1, y1;  // z: RmsGated only
+    const float* w0;
+    const float* w1;
+    int64_t rows0, rows;  // rows of set 0, of both sets
+    float eps;
+    int tpr;
+    int64_t m;  // QK: op rows per token row of the quantized input
+    ActOutPtrs q;
+};
+
+// QK: 0 = no quantization, 1 = Q8_0, 2 = Q8_1, 3 = Q8_K.
 template <NormKind KIND, bool VEC, int QK>
-__global__ void __launch_bounds__(1024) reg_norm_kernel(Rows x, Rows z, const float* __restrict__ w, float eps,
-                                                        Rows y, int64_t rows, int tpr, ActOutPtrs q) {
+__global__ void __launch_bounds__(1024) reg_norm_kernel(const RegNormArgs a) {
     __shared__ float red[32];
+    const int tpr = a.tpr;
     const int rib = threadIdx.x / tpr, tid = threadIdx.x % tpr, lane = threadIdx.x % WARP;
-    const int64_t r = int64_t(blockIdx.x) * (blockDim.x / tpr) + rib;
-    const bool live = r < rows;  // dead threads still join the reduction's barrier
+    const int64_t rg = int64_t(blockIdx.x) * (blockDim.x / tpr) + rib;
+    const bool live = rg < a.rows;  // dead threads still join the shuffles and the barrier
+    const bool set1 = rg >= a.rows0;
+    const int64_t r = set1 ? rg - a.rows0 : rg;
+    const Rows x = set1 ? a.x1 : a.x0;
+    const Rows z = set1 ? a.z1 : a.z0;
+    const Rows y = set1 ? a.y1 : a.y0;
+    const float* w = set1 ? a.w1 : a.w0;
     const int64_t n = live ? x.n : 0;
     const int64_t k0 = int64_t(tid) * 8;
     float v[8], wv[8], zv[8];
@@ -105,7 +132,7 @@ __global__ void __launch_bounds__(1024) reg_norm_kernel(Rows x, Rows z, const fl
     float ss = 0.f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) ss = fmaf(v[i], v[i], ss);
-    ss = warp_sum(ss);
+    for (int o = (tpr < WARP ? tpr : WARP) / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (tpr > WARP) {  // the row's warps are consecutive
         const int wpr = tpr / WARP;
         if (lane == 0) red[threadIdx.x / WARP] = ss;
@@ -113,8 +140,8 @@ __global__ void __launch_bounds__(1024) reg_norm_kernel(Rows x, Rows z, const fl
         ss = warp_sum(lane < wpr ? red[rib * wpr + lane] : 0.f);
     }
     float s;
-    if (KIND == NormKind::L2) s = 1.f / fmaxf(sqrtf(ss), eps);
-    else s = 1.f / sqrtf(ss / float(x.n) + eps);
+    if (KIND == NormKind::L2) s = 1.f / fmaxf(sqrtf(ss), a.eps);
+    else s = 1.f / sqrtf(ss / float(x.n) + a.eps);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         if (KIND == NormKind::RmsGated) v[i] = (v[i] * s) * wv[i] * silu(zv[i]);
@@ -122,24 +149,59 @@ __global__ void __launch_bounds__(1024) reg_norm_kernel(Rows x, Rows z, const fl
         else v[i] = v[i] * s;
     }
     if (live) store8<VEC>(row_ptr(y, r), k0, n, v);
-    if (QK) quantize_span<QK>(v, lane, q, r, x.n, k0 - 8 * lane, live);
+    if (QK) {
+        // The warp's 256 values are one span of a token row (norm_quantize_fits):
+        // rows of >= 32 lanes start a token row (m == 1) or fill whole spans;
+        // shorter rows are exactly 8 * tpr long and a warp's rows share a token.
+        const int64_t r0 = tpr >= WARP ? r : r - lane / tpr;
+        const int64_t kw = (r0 % a.m) * x.n + (tpr >= WARP ? int64_t(tid - lane) * 8 : 0);
+        quantize_span<QK>(v, lane, a.q, r0 / a.m, a.m * x.n, kw, live);
+    }
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 bool rows_vec_ok(const Rows& r) {
     return aligned16(r.data) && r.n % 4 == 0 && (r.n1 <= 1 || r.s1 % 4 == 0) && (r.n2 <= 1 || r.s2 % 4 == 0);
 }
+bool job_vec_ok(const NormJob& j) {
+    return rows_vec_ok(j.x) && rows_vec_ok(j.y) && (j.op == NormOp::L2 || aligned16(j.w)) &&
+           (j.op != NormOp::RmsGated || rows_vec_ok(j.z));
+}
 
+// One launch for job a (and job b when given: same op and row length).
 template <NormKind KIND, int QK>
-void launch_reg_norm(Rows x, Rows z, const float* w, float eps, Rows y, const ActOutPtrs& q, cudaStream_t s) {
-    const int64_t rows = x.n1 * x.n2;
-    const int tpr = reg_row_threads(x.n);
-    const int rpb = tpr >= 256 ? 1 : 256 / tpr;
-    const bool vec = rows_vec_ok(x) && rows_vec_ok(y) && (KIND == NormKind::L2 || aligned16(w)) &&
-                     (KIND != NormKind::RmsGated || rows_vec_ok(z));
-    const unsigned grid = unsigned(ceil_div(rows, rpb));
-    if (vec) reg_norm_kernel<KIND, true, QK><<<grid, tpr * rpb, 0, s>>>(x, z, w, eps, y, rows, tpr, q);
-    else reg_norm_kernel<KIND, false, QK><<<grid, tpr * rpb, 0, s>>>(x, z, w, eps, y, rows, tpr, q);
+void launch_reg_norm(const NormJob& j0, const NormJob* j1, int64_t m, const ActOutPtrs& q, cudaStream_t s) {
+    RegNormArgs a{};
+    a.x0 = j0.x;
+    a.z0 = j0.op == NormOp::RmsGated ? j0.z : j0.x;
+    a.y0 = j0.y;
+    a.w0 = j0.w;
+    const NormJob& jb = j1 ? *j1 : j0;
+    a.x1 = jb.x;
+    a.z1 = jb.op == NormOp::RmsGated ? jb.z : jb.x;
+    a.y1 = jb.y;
+    a.w1 = jb.w;
+    a.rows0 = j0.x.n1 * j0.x.n2;
+    a.rows = a.rows0 + (j1 ? j1->x.n1 * j1->x.n2 : 0);
+    a.eps = j0.eps;
+    a.tpr = reg_row_threads(j0.x.n);
+    a.m = m;
+    a.q = q;
+    if (a.rows == 0 || j0.x.n == 0) return;
+    const int rpb = a.tpr >= 256 ? 1 : 256 / a.tpr;
+    const bool vec = job_vec_ok(j0) && (!j1 || job_vec_ok(*j1));
+    const unsigned grid = unsigned(ceil_div(a.rows, rpb));
+    if (vec) reg_norm_kernel<KIND, true, QK><<<grid, a.tpr * rpb, 0, s>>>(a);
+    else reg_norm_kernel<KIND, false, QK><<<grid, a.tpr * rpb, 0, s>>>(a);
+}
+
+template <int QK>
+void launch_reg_norm_op(const NormJob& j0, const NormJob* j1, int64_t m, const ActOutPtrs& q, cudaStream_t s) {
+    switch (j0.op) {
+        case NormOp::Rms: launch_reg_norm<NormKind::Rms, QK>(j0, j1, m, q, s); break;
+        case NormOp::L2: launch_reg_norm<NormKind::L2, QK>(j0, j1, m, q, s); break;
+        case NormOp::RmsGated: launch_reg_norm<NormKind::RmsGated, QK>(j0, j1, m, q, s); break;
+    }
 }
 
 template <NormKind KIND>
@@ -147,7 +209,14 @@ void launch_norm(Rows x, Rows z, const float* w, float eps, Rows y, cudaStream_t
     const int64_t rows = x.n1 * x.n2;
     if (rows == 0 || x.n == 0) return;
     if (x.n <= kRegRowMax) {
-        launch_reg_norm<KIND, 0>(x, z, w, eps, y, ActOutPtrs{}, s);
+        NormJob j;
+        j.op = KIND;
+        j.x = x;
+        j.z = z;
+        j.y = y;
+        j.w = w;
+        j.eps = eps;
+        launch_reg_norm<KIND, 0>(j, nullptr, 1, ActOutPtrs{}, s);
     } else {
         norm_kernel<KIND, false><<<unsigned(rows), 256, 0, s>>>(x, z, w, eps, y, rows);
     }
@@ -294,8 +363,13 @@ int qk_of(ActKind k) {
 // Whether op rows r (n elements each) are exactly the quantization input of
 // `q`: K = m * n, and row t*m + j starts at q.x + t*ldx + j*n.
 bool rows_are_act_input(const Rows& r, const ActDest& q, int64_t m) {
-    if (r.n <= 0 || r.n * m != q.K || r.n1 * r.n2 != q.T * m || q.T * m > 65536) return false;
-    for (int64_t i = 0; i < q.T * m; ++i) {
+    const int64_t rows = q.T * m;
+    if (r.n <= 0 || r.n * m != q.K || r.n1 * r.n2 != rows || r.data != q.x) return false;
+    // the usual layouts at once: [T][m][n] (heads) and [T][n] (token rows)
+    if (r.n1 == m && r.n2 == q.T) return (m == 1 || r.s1 == r.n) && (q.T == 1 || r.s2 == q.ldx);
+    if (m == 1 && r.n2 == 1) return q.T == 1 || r.s1 == q.ldx;
+    if (rows > 4096) return false;
+    for (int64_t i = 0; i < rows; ++i) {
         const float* p = r.data + (i % r.n1) * r.s1 + (i / r.n1) * r.s2;
         if (p != q.x + (i / m) * q.ldx + (i % m) * r.n) return false;
     }
@@ -309,20 +383,61 @@ ActOutPtrs act_out(const ActDest& q) {
 }
 }  // namespace
 
-bool rms_norm_quantize_fits(Rows x, Rows y, const ActDest& q) {
-    return qk_of(q.kind) && x.n <= kRegRowMax && x.n == y.n && x.n1 * x.n2 == y.n1 * y.n2 &&
-           rows_are_act_input(y, q, 1);
+namespace {
+bool same_rows(const Rows& a, const Rows& b) { return a.n == b.n && a.n1 * a.n2 == b.n1 * b.n2; }
+bool job_shapes_ok(const NormJob& j) {
+    return j.x.n > 0 && j.x.n <= kRegRowMax && same_rows(j.x, j.y) && (j.op != NormOp::RmsGated || same_rows(j.x, j.z));
+}
+// Bytes [lo, hi) a Rows view touches (non-negative strides, as rows_of makes them).
+struct Span {
+    const char* lo;
+    const char* hi;
+};
+Span span_of(const Rows& r) {
+    const char* lo = reinterpret_cast<const char*>(r.data);
+    if (r.n1 * r.n2 == 0 || r.n == 0) return {lo, lo};
+    return {lo, lo + 4 * ((r.n1 - 1) * r.s1 + (r.n2 - 1) * r.s2 + r.n)};
+}
+bool overlap(const Rows& a, const Rows& b) {
+    const Span x = span_of(a), y = span_of(b);
+    return x.lo < y.hi && y.lo < x.hi;
+}
+}  // namespace
+
+bool norm_pair_fits(const NormJob& a, const NormJob& b) {
+    if (a.op != b.op || a.eps != b.eps || a.x.n != b.x.n || !job_shapes_ok(a) || !job_shapes_ok(b)) return false;
+    // b must neither read nor write what a writes, nor write what a reads.
+    const bool gated = a.op == NormOp::RmsGated;
+    if (overlap(a.y, b.x) || overlap(a.y, b.y) || (gated && overlap(a.y, b.z))) return false;
+    if (overlap(b.y, a.x) || (gated && overlap(b.y, a.z))) return false;
+    return (a.op == NormOp::L2 || (a.w && b.w));
 }
 
-void rms_norm_quantize(Rows x, const float* w, float eps, Rows y, const ActDest& q, cudaStream_t s) {
-    if (!rms_norm_quantize_fits(x, y, q)) fail("CUDA rms_norm_quantize: the norm's rows are not the quantized rows");
-    const int qk = qk_of(q.kind);
+void norm_pair(const NormJob& a, const NormJob& b, cudaStream_t s) {
+    if (!norm_pair_fits(a, b)) fail("CUDA norm_pair: the two norms cannot share a launch");
+    launch_reg_norm_op<0>(a, &b, 1, ActOutPtrs{}, s);
+    QINFER_CUDA_LAUNCHED("norm_pair");
+}
+
+bool norm_quantize_fits(const NormJob& j, const ActDest& q) {
+    if (!qk_of(q.kind) || j.op == NormOp::L2 || !job_shapes_ok(j) || q.K % j.x.n != 0) return false;
+    const int64_t n = j.x.n, m = q.K / n;
+    const int tpr = reg_row_threads(n);
+    const bool layout = m == 1 ? tpr >= WARP : n == 8 * int64_t(tpr) && (tpr >= WARP || m % (WARP / tpr) == 0);
+    return layout && rows_are_act_input(j.y, q, m);
+}
+
+void norm_quantize(const NormJob& j, const ActDest& q, cudaStream_t s) {
+    if (!norm_quantize_fits(j, q)) fail("CUDA norm_quantize: the norm's rows are not the quantized rows");
     if (q.T == 0) return;
     const ActOutPtrs o = act_out(q);
-    if (qk == 1) launch_reg_norm<NormKind::Rms, 1>(x, x, w, eps, y, o, s);
-    else if (qk == 2) launch_reg_norm<NormKind::Rms, 2>(x, x, w, eps, y, o, s);
-    else launch_reg_norm<NormKind::Rms, 3>(x, x, w, eps, y, o, s);
-    QINFER_CUDA_LAUNCHED("rms_norm_quantize");
+    const int64_t m = q.K / j.x.n;
+    switch (qk_of(q.kind)) {
+        case 1: launch_reg_norm_op<1>(j, nullptr, m, o, s); break;
+        case 2: launch_reg_norm_op<2>(j, nullptr, m, o, s); break;
+        default: launch_reg_norm_op<3>(j, nullptr, m, o, s); break;
+    }
+    QINFER_CUDA_LAUNCHED("norm_quantize");
 }
 
 bool gate_quantize_fits(Rows a, Rows b, Rows y, const ActDest& q) {
