@@ -321,20 +321,34 @@ __global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Se
         // per row), not taken as a difference of prefix sums: with strong decays
         // |gamma| reaches hundreds in a chunk and the difference would lose ~1e-5
         // where exp(difference) is near 1.
-        for (int r = wid; r < CT; r += CNT / WARP) {
-            float x = lane < r ? sm.g[lane + 1] : 0.f;
+        // Warp w does rows w + 8 i, interleaved (the scans are latency-bound).
+        {
+            static_assert(CNT / WARP * (CT / 8) == CT, "decay table rows");
+            float x[CT / 8];
 #pragma unroll
-            for (int o = 1; o < WARP; o <<= 1) {
-                const float y = __shfl_down_sync(0xffffffffu, x, o);
-                if (lane + o < WARP) x += y;
+            for (int i = 0; i < CT / 8; ++i) {
+                const int r = wid + 8 * i;
+                x[i] = lane < r ? sm.g[lane + 1] : 0.f;
             }
-            sm.E[r][lane] = lane <= r ? expf(x) : 0.f;
+#pragma unroll
+            for (int o = 1; o < WARP; o <<= 1)
+#pragma unroll
+                for (int i = 0; i < CT / 8; ++i) {
+                    const float y = __shfl_down_sync(0xffffffffu, x[i], o);
+                    if (lane + o < WARP) x[i] += y;
+                }
+#pragma unroll
+            for (int i = 0; i < CT / 8; ++i) {
+                const int r = wid + 8 * i;
+                sm.E[r][lane] = lane <= r ? expf(x[i]) : 0.f;
+            }
         }
 
         // Z = [K; Q] [K; S0]^T: thread rows tr + 16 i (i < 2: k, else q), cols tc + 16 i2
-        // (i2 < 2: k, else S rows). Strided so a quarter warp reads 8 consecutive rows.
+        // (i2 < 2: k, else S rows). A warp covers 4 tr x 8 tc, so each 16-byte load
+        // of the warp touches 4 or 8 distinct rows on distinct banks: one wavefront.
         {
-            const int tr = tid / 16, tc = tid % 16;
+            const int tr = (wid % 4) * 4 + lane / 8, tc = (wid / 4) * 8 + lane % 8;
             const float* xr[4] = {sm.k[tr], sm.k[tr + 16], sm.q[tr], sm.q[tr + 16]};
             const float* yr[4] = {sm.k[tc], sm.k[tc + 16], sm.s[tc], sm.s[tc + 16]};
             float acc[4][4];
@@ -402,15 +416,23 @@ __global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Se
         }
         __syncthreads();
 
-        // Outputs: warp w, rows w + 8 i, lane = value row. Reads u, P, o.
+        // Outputs: warp w, rows w + 8 i, lane = value row. Reads u, P (zero above
+        // the diagonal), o.
         {
             const int c = lane;
+            float acc[CT / 8];
+#pragma unroll
+            for (int i = 0; i < CT / 8; ++i) acc[i] = sm.o[wid + 8 * i][c];
+#pragma unroll 8
+            for (int s = 0; s < CT; ++s) {
+                const float us = sm.u[s][c];
+#pragma unroll
+                for (int i = 0; i < CT / 8; ++i) acc[i] = fmaf(sm.P[wid + 8 * i][s], us, acc[i]);
+            }
 #pragma unroll
             for (int i = 0; i < CT / 8; ++i) {
                 const int r = wid + 8 * i;
-                float acc = sm.o[r][c];
-                for (int s = 0; s <= r; ++s) acc = fmaf(sm.P[r][s], sm.u[s][c], acc);
-                if (r < n) p.out[(int64_t(sg.first + t0 + r) * p.Hv + j) * dv + c0 + c] = acc * scale;
+                if (r < n) p.out[(int64_t(sg.first + t0 + r) * p.Hv + j) * dv + c0 + c] = acc[i] * scale;
             }
         }
         // State: thread keys 4 kq .. 4 kq + 3 of rows cg + NCG i. Reads u, k; writes s
