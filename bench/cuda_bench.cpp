@@ -171,15 +171,16 @@ double prompt(Model& m, int p0, int n, int nb, std::vector<float>& logits) {
     return now_s() - t0;
 }
 
+// Greedy decode of n tokens after the last logits row; the GPU picks each
+// token (Model::forward_argmax), as greedy generation does.
 double decode(Model& m, int p0, int n, std::vector<float>& logits) {
     const int64_t V = m.hparams().n_vocab;
-    int tok = int(std::max_element(logits.end() - V, logits.end()) - (logits.end() - V));
+    std::vector<int32_t> tok = {int32_t(std::max_element(logits.end() - V, logits.end()) - (logits.end() - V))};
     const double t0 = now_s();
     for (int i = 0; i < n; ++i) {
         Batch b;
-        b.add(tok, p0 + i, 0, true);
-        m.forward(b, logits);
-        tok = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        b.add(tok[0], p0 + i, 0, true);
+        m.forward_argmax(b, tok);
     }
     return now_s() - t0;
 }
