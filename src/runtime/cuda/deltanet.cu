@@ -25,6 +25,9 @@ namespace {
 // earlier raw inputs comes from the conv state for the first K-1 tokens of the
 // segment and from x after that, so tiles are independent. The sum runs in the
 // CPU backend's order without FMA contraction (same rounding as the CPU).
+// Memory-bound: T = 512, C = 8192 reads 16 MB (+3/16 window overlap, cached)
+// and writes 16 MB, ~8-10 us at H200 bandwidth (the per-channel serial loop
+// took 226 us). Decode (1 token per segment) gets the same grid as before.
 constexpr int CONV_THREADS = 128;
 constexpr int CONV_TT = 16;  // tokens per thread; >= K-1, so only tile 0 reads the state
 
@@ -183,7 +186,6 @@ __global__ void __launch_bounds__(GDR_WARPS * WARP)
             for (int i = 0; i < KPL; ++i) S[int64_t(r0 + r) * dk + lane + 32 * i] = s[r][i];
 }
 
-
 // ---- gated delta rule, chunked (spec/models.md §5.7)
 //
 // Design. Block = (32 value rows c0.., value head j, segment), 256 threads; the
@@ -205,14 +207,20 @@ __global__ void __launch_bounds__(GDR_WARPS * WARP)
 //
 // Cost, d_k = d_v = 128, per block and 32-token chunk: Z 459K FMA (the always
 // masked quarter of the k.k and q.k blocks skipped), state update 131K, output
-// 17K, substitution 16K (32 steps of shuffle latency) = ~620K FMA = 4.9K cycles
-// of one SM's 128 FP32 lanes; with ~70% issue efficiency and
-// ~2K cycles of barriers and latency, ~9.5K cycles = ~5 us per chunk. Hv = 32
-// heads x 4 row blocks = 128 blocks, one per SM on a 132-SM H200, so per
-// layer: T = 512 (16 chunks) ~75 us (serial: 329 us measured), T = 4096 ~600 us;
-// FP32 peak bound 45 us at T = 512. Memory is minor: k and q are read once per
-// block (8 blocks share a key head, L2 hits), 64 KB of S per head.
-// The next step would be the Z product on the tensor cores in 3xTF32.
+// 33K, substitution 16K = ~640K FMA = 5K cycles of one SM's 128 FP32 lanes.
+// Z alone: 1792 FMA per thread = 3.6K issue cycles, shared memory at 8 of 14
+// wavefront-or-issue slots (16-byte loads, 4 x 8 warp tile), so ~4.2K; the
+// state update ~1.3K; latency-bound pieces (decay scans ~250, 32 shuffle steps
+// of the substitution ~900, barriers and the output ~500): ~7.5K cycles = ~4 us
+// per chunk at 1.9 GHz. Hv = 32 heads x 4 row blocks = 128 blocks, one per SM
+// of a 132-SM H200, so per layer T = 512 (16 chunks) ~65 us (serial: 329 us
+// measured), T = 4096 ~520 us; the FP32 peak bound is 43 us at T = 512. Memory
+// is minor: k and q are read once per block (8 blocks share a key head: L2
+// hits), next-chunk loads are in flight during the product, and S (64 KB per
+// head) is read and written once per segment.
+// Next steps if this is the bottleneck: the Z product on the tensor cores in
+// 3xTF32 (plain TF32 is not accurate enough for A), or a workspace so that the
+// S-independent half of Z is computed once per key head instead of 8 times.
 __device__ __forceinline__ float4 ld16f(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 
 constexpr int CT = 32;   // tokens per chunk (= warp size: the scan and the substitution use lanes)
