@@ -467,15 +467,16 @@ uint64_t fused_producers(Backend& be) {
 }
 
 // rms_norm -> quantized matmuls, swiglu -> matmul, sigmoid gate -> matmul, an
-// in-place norm -> matmul, a per-head gated norm -> matmul and norm pairs (one
-// independent, one not), as a decode step issues them, with the producer fused
-// into the activation quantization (pairs in one launch) and without: outputs
-// and products must be bit-identical (same quants, same kernels after them) and
-// match the CPU, in eager runs, a graph recording and graph replays.
+// in-place norm -> matmul, a per-head gated norm -> matmul, norm pairs (one
+// independent, one not) and the q / k head norms with their rope, as a decode
+// step issues them, with the producer fused into the activation quantization
+// (pairs and ropes in one launch) and without: outputs and products must be
+// bit-identical (same quants, same kernels after them) and match the CPU, in
+// eager runs, a graph recording and graph replays.
 TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
     REQUIRE_GPU();
-    if (const char* f = std::getenv("QINFER_CUDA_FUSE"); f && std::string(f) == "0")
-        GTEST_SKIP() << "QINFER_CUDA_FUSE=0";
+    for (const char* off : {"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS"})  // no queue or no fusion at all
+        if (const char* v = std::getenv(off); v && std::string(v) == "0") GTEST_SKIP() << off << "=0";
     Trio tr;
     struct Case {
         GgmlType type;
@@ -505,6 +506,14 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
             const Trio::T3 o = tr.out({K, T}, "o"), o2 = tr.out({K, T}, "o2"), y3 = tr.out({F, T}, "y3");
             const Trio::T3 yg = tr.out({dH, T}, "yg"), o3 = tr.out({K, T}, "o3"), la = tr.out({dH, T}, "la"),
                            lb = tr.out({dH, T}, "lb"), ra = tr.out({dH, T}, "ra"), rb = tr.out({dH, T}, "rb");
+            const int64_t Hk = std::max<int64_t>(1, c.H / 2);
+            const int n_rot = int(std::min<int64_t>(c.d, 64) / 16 * 16);
+            const Trio::T3 qn = tr.out({dH, T}, "qn"), kk = tr.f32({c.d * Hk, T}, "kk");
+            StepInfo st[3];
+            for (int i = 0; i < 3; ++i) {
+                st[i].n_tokens = int(T);
+                st[i].pos_t = tr.be[i]->alloc(GgmlType::I32, {T}, "pos");
+            }
             uint64_t fused0 = 0;
             // Step 0 sizes the scratch buffers (which may split its queue); then
             // eager or recorded, recorded or replayed, replayed.
@@ -513,6 +522,12 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
                 tr.put(x, randn(size_t(K * T), ++seed, 3.f));
                 tr.put(qg, randn(size_t(2 * dH * T), ++seed, 2.f));
                 tr.put(att, randn(size_t(dH * T), ++seed));
+                tr.put(kk, randn(size_t(c.d * Hk * T), ++seed, 2.f));
+                for (int i = 0; i < 3; ++i) {
+                    st[i].pos.clear();
+                    for (int64_t t = 0; t < T; ++t) st[i].pos.push_back(int32_t(1000 * step + 37 * t + 3));
+                    tr.be[i]->write(st[i].pos_t, st[i].pos.data(), size_t(T) * 4);
+                }
                 for (int i = 0; i < 3; ++i) {
                     Backend& be = *tr.be[i];
                     const size_t row = size_t(2 * c.d) * 4, tok = size_t(2 * dH) * 4;
@@ -534,10 +549,17 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
                     be.l2_norm(gate, 1e-6f, heads(lb));
                     be.rms_norm(att3, hw[i], 1e-6f, heads(ra));  // the second reads the first's output
                     be.rms_norm(heads(ra), hw[i], 1e-6f, heads(rb));
+                    // attention heads: q from the [q | gate] rows, k in place, then rope
+                    const Tensor q_in = view(qg[i], {c.d, c.H, T}, {row, tok}, 0);
+                    const Tensor k3 = reshape(kk[i], {c.d, Hk, T});
+                    be.rms_norm(q_in, hw[i], 1e-6f, heads(qn));
+                    be.rms_norm(k3, hw[i], 1e-6f, k3);
+                    be.rope_neox(heads(qn), st[i], n_rot, 10000.f, 1.f);
+                    be.rope_neox(k3, st[i], n_rot, 10000.f, 1.f);
                 }
                 const std::string at = std::string(type_name(c.type)) + " K=" + std::to_string(K) +
                                        " T=" + std::to_string(T) + " step " + std::to_string(step);
-                for (const Trio::T3* t : {&h, &g, &att, &o, &o2, &y3, &yg, &o3, &la, &lb, &ra, &rb}) {
+                for (const Trio::T3* t : {&h, &g, &att, &o, &o2, &y3, &yg, &o3, &la, &lb, &ra, &rb, &qn, &kk}) {
                     const std::vector<float> ref = tr.get(0, (*t)[0]), off = tr.get(1, (*t)[1]),
                                              on = tr.get(2, (*t)[2]);
                     EXPECT_EQ(0, std::memcmp(off.data(), on.data(), off.size() * 4))
@@ -550,11 +572,12 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
                     EXPECT_LT(m, 5e-3 * (r + 1)) << (*t)[0].name << " vs CPU, " << at;
                 }
             }
-            // Per issued step: the two norms, swiglu, the sigmoid gate, the l2 pair
-            // and the gated norm where it fits; steps 1-3 issue them once or twice
-            // (the others replay a graph).
-            const uint64_t per = 5 + (gated_fuses ? 1 : 0), fused = fused_producers(*tr.be[2]) - fused0;
-            EXPECT_TRUE(fused == per || fused == 2 * per) << fused << " fused, " << type_name(c.type) << " T=" << T;
+            // Per issued step: the two norms, swiglu, the sigmoid gate, the l2 pair,
+            // the q / k norms with rope and the gated norm where it fits; steps 1-3
+            // issue them once or twice (the others replay a graph; thrice under
+            // QINFER_CUDA_PROFILE).
+            const uint64_t per = 6 + (gated_fuses ? 1 : 0), fused = fused_producers(*tr.be[2]) - fused0;
+            EXPECT_TRUE(fused > 0 && fused % per == 0) << fused << " fused, " << type_name(c.type) << " T=" << T;
             EXPECT_EQ(fused_producers(*tr.be[1]), 0u);
         }
     }

@@ -692,6 +692,11 @@ void CudaBackend::rope_neox(const Tensor& x, const StepInfo& step, int n_rot, fl
     const int32_t* pos = static_cast<const int32_t*>(step.pos_t.data);
     sig(uint32_t(11), xr, pos, n_rot, base, freq_scale);
     enqueue([=, s = stream_] { cuda::rope_neox(xr, pos, n_rot, base, freq_scale, s); });
+    if (deferring()) {
+        PendingOp& op = pending_.back();
+        op.kind = PendingOp::Rope;
+        op.rope = cuda::RopeJob{xr, pos, n_rot, base, freq_scale};
+    }
     wrote(x);
 }
 
@@ -911,25 +916,50 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
             ++i;
             continue;
         }
-        if (fuse_norm_ && (op.kind == PendingOp::Norm || op.kind == PendingOp::Gate) && i + 1 < n) {
-            const PendingOp& nx = pending_[i + 1];
-            const bool norm = op.kind == PendingOp::Norm;
-            auto into_quant = [&](const PendingOp& a, const PendingOp& b) {
-                if (b.kind != PendingOp::Quantize) return false;
-                return a.kind == PendingOp::Norm ? cuda::norm_quantize_fits(a.norm, b.dest)
-                                                 : cuda::gate_quantize_fits(a.a, a.b, a.y, b.dest);
+        if (fuse_norm_ && (op.kind == PendingOp::Norm || op.kind == PendingOp::Gate)) {
+            auto is = [&](size_t k, PendingOp::Kind kind) { return k < n && pending_[k].kind == kind; };
+            // producer k into the quantization k + 1
+            auto quant_at = [&](size_t k) {
+                if (!is(k + 1, PendingOp::Quantize)) return false;
+                const PendingOp& a = pending_[k];
+                const cuda::ActDest& q = pending_[k + 1].dest;
+                if (a.kind == PendingOp::Norm) return cuda::norm_quantize_fits(a.norm, q);
+                return a.kind == PendingOp::Gate && cuda::gate_quantize_fits(a.a, a.b, a.y, q);
             };
-            // norm + norm: unless the second one goes into the quantization after it
-            const bool pair = norm && nx.kind == PendingOp::Norm && cuda::norm_pair_fits(op.norm, nx.norm) &&
-                              !(i + 2 < n && into_quant(nx, pending_[i + 2]));
-            if (pair || into_quant(op, nx)) {
-                if (prof) before("fused: " + op.label + " + " + nx.label);
-                if (pair) cuda::norm_pair(op.norm, nx.norm, stream_);
-                else if (norm) cuda::norm_quantize(op.norm, nx.dest, stream_);
+            auto pair_at = [&](size_t k) {
+                return is(k, PendingOp::Norm) && is(k + 1, PendingOp::Norm) &&
+                       cuda::norm_pair_fits(pending_[k].norm, pending_[k + 1].norm);
+            };
+            // norm pair k, k + 1 and the rope of each (q and k heads)
+            auto pair_rope_at = [&](size_t k) {
+                return pair_at(k) && is(k + 2, PendingOp::Rope) && is(k + 3, PendingOp::Rope) &&
+                       cuda::norm_rope_fits(pending_[k].norm, &pending_[k + 1].norm, pending_[k + 2].rope,
+                                            &pending_[k + 3].rope);
+            };
+            auto one_rope_at = [&](size_t k) {
+                return is(k, PendingOp::Norm) && is(k + 1, PendingOp::Rope) &&
+                       cuda::norm_rope_fits(pending_[k].norm, nullptr, pending_[k + 1].rope, nullptr);
+            };
+            size_t used = 0;
+            if (pair_rope_at(i)) used = 4;
+            else if (quant_at(i) || one_rope_at(i)) used = 2;
+            // a plain pair, unless its second norm has a better partner after it
+            else if (pair_at(i) && !quant_at(i + 1) && !pair_rope_at(i + 1) && !one_rope_at(i + 1)) used = 2;
+            if (used) {
+                if (prof) {
+                    std::string label = "fused:";
+                    for (size_t k = i; k < i + used; ++k) label += (k > i ? " + " : " ") + pending_[k].label;
+                    before(label);
+                }
+                const PendingOp& nx = pending_[i + 1];
+                if (used == 4) cuda::norm_rope(op.norm, &nx.norm, pending_[i + 2].rope, &pending_[i + 3].rope, stream_);
+                else if (nx.kind == PendingOp::Rope) cuda::norm_rope(op.norm, nullptr, nx.rope, nullptr, stream_);
+                else if (nx.kind == PendingOp::Norm) cuda::norm_pair(op.norm, nx.norm, stream_);
+                else if (op.kind == PendingOp::Norm) cuda::norm_quantize(op.norm, nx.dest, stream_);
                 else cuda::gate_quantize(op.gate, op.a, op.b, op.y, nx.dest, stream_);
                 after();
                 ++fused_producers_;
-                i += 2;
+                i += used;
                 continue;
             }
         }

@@ -148,12 +148,13 @@ private:
         std::function<void()> run;  // empty for a write (payload index)
         int payload = -1;
         // What peephole fusion at flush needs to know (kind 0: opaque).
-        enum Kind { Opaque = 0, Matvec = 1, Add = 2, Norm = 3, Gate = 4, Quantize = 5 } kind = Opaque;
+        enum Kind { Opaque = 0, Matvec = 1, Add = 2, Norm = 3, Gate = 4, Quantize = 5, Rope = 6 } kind = Opaque;
         cuda::MatvecJob mv;  // Matvec: quantized weight, T <= 8
         cuda::ActQ act;
         int64_t T = 0;
         cuda::Rows a, b, y;  // Add, Gate (a, b -> y)
         cuda::NormJob norm;  // Norm
+        cuda::RopeJob rope;  // Rope
         cuda::Gate gate = cuda::Gate::Swiglu;
         cuda::ActDest dest;  // Quantize: what it quantizes, and where to
         std::string label;   // QINFER_CUDA_PROFILE only

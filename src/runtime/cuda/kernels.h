@@ -140,6 +140,17 @@ void norm_quantize(const NormJob& j, const ActDest& q, cudaStream_t s);
 // writes, nor writes what a reads.
 bool norm_pair_fits(const NormJob& a, const NormJob& b);
 void norm_pair(const NormJob& a, const NormJob& b, cudaStream_t s);
+// An rms_norm (or an independent pair) and then rope_neox on its output rows,
+// in one launch; the same values as the ops one by one. Applies when the rope's
+// rows are the norm's output rows and n_rot is a multiple of 16, at most 256.
+struct RopeJob {  // rope_neox's arguments
+    Rows x;
+    const int32_t* pos = nullptr;
+    int n_rot = 0;
+    float base = 0.f, freq_scale = 0.f;
+};
+bool norm_rope_fits(const NormJob& a, const NormJob* b, const RopeJob& ra, const RopeJob* rb);
+void norm_rope(const NormJob& a, const NormJob* b, const RopeJob& ra, const RopeJob* rb, cudaStream_t s);
 // swiglu / sigmoid_mul and then quantize_act(q) of their output, likewise.
 enum class Gate { Swiglu, SigmoidMul };
 bool gate_quantize_fits(Rows a, Rows b, Rows y, const ActDest& q);

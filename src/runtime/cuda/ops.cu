@@ -107,11 +107,36 @@ struct RegNormArgs {
     int tpr;
     int64_t m;  // QK: op rows per token row of the quantized input
     ActOutPtrs q;
+    // ROPE: NEOX rope on the first n_rot elements of every normed row (row r of
+    // a set is head r % n1 of token r / n1), as rope_neox would apply it after.
+    const int32_t* pos;
+    int n_rot;
+    double base, freq_scale;
 };
 
+// One rotated pair as rope_neox computes it (also there): no contraction into
+// FMAs, so the fused and the plain rope round alike.
+__device__ __forceinline__ float rope_lo(float a, float b, float c, float s) {
+    return __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+}
+__device__ __forceinline__ float rope_hi(float a, float b, float c, float s) {
+    return __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+}
+// cos / sin of pair i at position pos (angles in double, as the CPU backend).
+__device__ __forceinline__ void rope_cs(int32_t pos, int i, int n_rot, double base, double freq_scale, float* c,
+                                        float* s) {
+    const double p = double(pos) * freq_scale;
+    const double theta = p * pow(base, -2.0 * double(i) / double(n_rot));
+    double sn, cn;
+    sincos(theta, &sn, &cn);
+    *c = float(cn);
+    *s = float(sn);
+}
+
 // QK: 0 = no quantization, 1 = Q8_0, 2 = Q8_1, 3 = Q8_K.
-template <NormKind KIND, bool VEC, int QK>
-__global__ void __launch_bounds__(1024) reg_norm_kernel(const RegNormArgs a) {
+// (Blocks are at most 256 threads with ROPE: its double angles need registers.)
+template <NormKind KIND, bool VEC, int QK, bool ROPE = false>
+__global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNormArgs a) {
     __shared__ float red[32];
     const int tpr = a.tpr;
     const int rib = threadIdx.x / tpr, tid = threadIdx.x % tpr, lane = threadIdx.x % WARP;
@@ -148,6 +173,41 @@ __global__ void __launch_bounds__(1024) reg_norm_kernel(const RegNormArgs a) {
         else if (KIND == NormKind::Rms) v[i] = (v[i] * s) * wv[i];
         else v[i] = v[i] * s;
     }
+    if (ROPE) {
+        // Pairs (i, i + n_rot/2) lie in whole lanes of the row's first warp
+        // (norm_rope_fits): a lane swaps its 8 values with its partner's. The
+        // row's L lanes there compute the n_rot/2 angles (<= 4 each) and hand
+        // them out with shuffles, so no lane evaluates more than 4 pow / sincos.
+        const int half = a.n_rot / 2, h8 = half / 8;
+        const int L = tpr < WARP ? tpr : WARP, li = tid % L, first = lane - li;
+        const int ptid = tid < h8 ? tid + h8 : tid < 2 * h8 ? tid - h8 : tid;
+        float pv[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) pv[i] = __shfl_sync(0xffffffffu, v[i], lane - tid + ptid);
+        const int32_t pos = live ? a.pos[r / y.n1] : 0;
+        float cj[4], sj[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            cj[j] = sj[j] = 0.f;
+            if (live && tid < L && li + L * j < half)
+                rope_cs(pos, li + L * j, a.n_rot, a.base, a.freq_scale, &cj[j], &sj[j]);
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int e = tid * 8 + i, p = e % half;
+            float c = 0.f, sn = 0.f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {  // every lane shuffles; the pair's slot is kept
+                const float cs = __shfl_sync(0xffffffffu, cj[j], first + p % L);
+                const float ss2 = __shfl_sync(0xffffffffu, sj[j], first + p % L);
+                if (j == p / L) {
+                    c = cs;
+                    sn = ss2;
+                }
+            }
+            if (live && tid < 2 * h8) v[i] = e < half ? rope_lo(v[i], pv[i], c, sn) : rope_hi(pv[i], v[i], c, sn);
+        }
+    }
     if (live) store8<VEC>(row_ptr(y, r), k0, n, v);
     if (QK) {
         // The warp's 256 values are one span of a token row (norm_quantize_fits):
@@ -169,8 +229,9 @@ bool job_vec_ok(const NormJob& j) {
 }
 
 // One launch for job a (and job b when given: same op and row length).
-template <NormKind KIND, int QK>
-void launch_reg_norm(const NormJob& j0, const NormJob* j1, int64_t m, const ActOutPtrs& q, cudaStream_t s) {
+template <NormKind KIND, int QK, bool ROPE = false>
+void launch_reg_norm(const NormJob& j0, const NormJob* j1, int64_t m, const ActOutPtrs& q, cudaStream_t s,
+                     const RopeJob* rope = nullptr) {
     RegNormArgs a{};
     a.x0 = j0.x;
     a.z0 = j0.op == NormOp::RmsGated ? j0.z : j0.x;
@@ -187,12 +248,18 @@ void launch_reg_norm(const NormJob& j0, const NormJob* j1, int64_t m, const ActO
     a.tpr = reg_row_threads(j0.x.n);
     a.m = m;
     a.q = q;
+    if (rope) {
+        a.pos = rope->pos;
+        a.n_rot = rope->n_rot;
+        a.base = double(rope->base);
+        a.freq_scale = double(rope->freq_scale);
+    }
     if (a.rows == 0 || j0.x.n == 0) return;
     const int rpb = a.tpr >= 256 ? 1 : 256 / a.tpr;
     const bool vec = job_vec_ok(j0) && (!j1 || job_vec_ok(*j1));
     const unsigned grid = unsigned(ceil_div(a.rows, rpb));
-    if (vec) reg_norm_kernel<KIND, true, QK><<<grid, a.tpr * rpb, 0, s>>>(a);
-    else reg_norm_kernel<KIND, false, QK><<<grid, a.tpr * rpb, 0, s>>>(a);
+    if (vec) reg_norm_kernel<KIND, true, QK, ROPE><<<grid, a.tpr * rpb, 0, s>>>(a);
+    else reg_norm_kernel<KIND, false, QK, ROPE><<<grid, a.tpr * rpb, 0, s>>>(a);
 }
 
 template <int QK>
@@ -296,22 +363,16 @@ __global__ void rope_kernel(Rows x, const int32_t* __restrict__ pos, int n_rot, 
     extern __shared__ float cs[];  // [n_rot/2][2]
     const int half = n_rot / 2;
     const int64_t t = blockIdx.x;
-    const double p = double(pos[t]) * freq_scale;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const double theta = p * pow(base, -2.0 * double(i) / double(n_rot));
-        double sn, c;
-        sincos(theta, &sn, &c);
-        cs[2 * i] = float(c);
-        cs[2 * i + 1] = float(sn);
-    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        rope_cs(pos[t], i, n_rot, base, freq_scale, &cs[2 * i], &cs[2 * i + 1]);
     __syncthreads();
     for (int64_t k = threadIdx.x; k < x.n1 * half; k += blockDim.x) {
         const int64_t h = k / half;
         const int i = int(k % half);
         float* v = x.data + h * x.s1 + t * x.s2;
         const float a = v[i], b = v[i + half];
-        v[i] = a * cs[2 * i] - b * cs[2 * i + 1];
-        v[i + half] = a * cs[2 * i + 1] + b * cs[2 * i];
+        v[i] = rope_lo(a, b, cs[2 * i], cs[2 * i + 1]);
+        v[i + half] = rope_hi(a, b, cs[2 * i], cs[2 * i + 1]);
     }
 }
 
@@ -376,6 +437,10 @@ bool rows_are_act_input(const Rows& r, const ActDest& q, int64_t m) {
     return true;
 }
 
+// Rows of whole 8-bit blocks (as every matrix product's input is): a warp never
+// stores past its token row.
+bool whole_blocks(const ActDest& q) { return q.K % (q.kind == ActKind::Q8_K ? 256 : 32) == 0; }
+
 ActOutPtrs act_out(const ActDest& q) {
     const ActQ v = act_view(q.kind, q.buf, q.x, q.K, q.T);
     return ActOutPtrs{const_cast<int8_t*>(v.qs), const_cast<float*>(v.d), const_cast<float*>(v.s),
@@ -419,8 +484,33 @@ void norm_pair(const NormJob& a, const NormJob& b, cudaStream_t s) {
     QINFER_CUDA_LAUNCHED("norm_pair");
 }
 
+namespace {
+bool one_norm_rope_fits(const NormJob& j, const RopeJob& r) {
+    const Rows& y = j.y;
+    const bool same = r.x.data == y.data && r.x.n == y.n && r.x.n1 == y.n1 && r.x.n2 == y.n2 &&
+                      (y.n1 <= 1 || r.x.s1 == y.s1) && (y.n2 <= 1 || r.x.s2 == y.s2);
+    // pairs in whole lanes of a row's first warp
+    return same && j.op == NormOp::Rms && job_shapes_ok(j) && r.pos && r.n_rot > 0 && r.n_rot % 16 == 0 &&
+           r.n_rot <= 256 && r.n_rot <= y.n && y.n <= 2048;
+}
+}  // namespace
+
+bool norm_rope_fits(const NormJob& a, const NormJob* b, const RopeJob& ra, const RopeJob* rb) {
+    if (!one_norm_rope_fits(a, ra)) return false;
+    if (!b) return true;
+    return rb && norm_pair_fits(a, *b) && one_norm_rope_fits(*b, *rb) && rb->pos == ra.pos &&
+           rb->n_rot == ra.n_rot && rb->base == ra.base && rb->freq_scale == ra.freq_scale;
+}
+
+void norm_rope(const NormJob& a, const NormJob* b, const RopeJob& ra, const RopeJob* rb, cudaStream_t s) {
+    if (!norm_rope_fits(a, b, ra, rb)) fail("CUDA norm_rope: the rope does not apply to the norm's rows");
+    launch_reg_norm<NormKind::Rms, 0, true>(a, b, 1, ActOutPtrs{}, s, &ra);
+    QINFER_CUDA_LAUNCHED("norm_rope");
+}
+
 bool norm_quantize_fits(const NormJob& j, const ActDest& q) {
-    if (!qk_of(q.kind) || j.op == NormOp::L2 || !job_shapes_ok(j) || q.K % j.x.n != 0) return false;
+    if (!qk_of(q.kind) || j.op == NormOp::L2 || !job_shapes_ok(j) || q.K % j.x.n != 0 || !whole_blocks(q))
+        return false;
     const int64_t n = j.x.n, m = q.K / n;
     const int tpr = reg_row_threads(n);
     const bool layout = m == 1 ? tpr >= WARP : n == 8 * int64_t(tpr) && (tpr >= WARP || m % (WARP / tpr) == 0);
@@ -441,8 +531,9 @@ void norm_quantize(const NormJob& j, const ActDest& q, cudaStream_t s) {
 }
 
 bool gate_quantize_fits(Rows a, Rows b, Rows y, const ActDest& q) {
-    return qk_of(q.kind) && a.n > 0 && a.n % 8 == 0 && q.K % a.n == 0 && a.n == b.n && a.n == y.n &&
-           a.n1 * a.n2 == y.n1 * y.n2 && b.n1 * b.n2 == y.n1 * y.n2 && rows_are_act_input(y, q, q.K / a.n);
+    return qk_of(q.kind) && whole_blocks(q) && a.n > 0 && a.n % 8 == 0 && q.K % a.n == 0 && a.n == b.n &&
+           a.n == y.n && a.n1 * a.n2 == y.n1 * y.n2 && b.n1 * b.n2 == y.n1 * y.n2 &&
+           rows_are_act_input(y, q, q.K / a.n);
 }
 
 void gate_quantize(Gate op, Rows a, Rows b, Rows y, const ActDest& q, cudaStream_t s) {
