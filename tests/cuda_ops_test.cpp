@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <list>
 #include <memory>
 #include <random>
 #include <string>
@@ -406,6 +407,8 @@ void unset_env(const char* k) {
 struct Trio {
     std::unique_ptr<Backend> be[3];
     using T3 = std::array<Tensor, 3>;
+    // Weight blocks and their descriptions (the CPU backend uses them in place).
+    std::list<std::pair<std::vector<uint8_t>, gguf::TensorInfo>> keep;
     Trio() {
         const char* v = std::getenv("QINFER_CUDA_FUSE_NORM");
         const std::string saved = v ? v : "";
@@ -433,9 +436,11 @@ struct Trio {
     T3 weight(GgmlType type, int64_t K, int64_t N, uint32_t seed) {
         const std::vector<float> wf = randn(size_t(K * N), seed, 0.3f);
         const size_t rb = row_bytes(type, K);
-        std::vector<uint8_t> q(rb * size_t(N));
+        keep.emplace_back();
+        std::vector<uint8_t>& q = keep.back().first;
+        q.resize(rb * size_t(N));
         for (int64_t n = 0; n < N; ++n) quantize_row(type, &wf[size_t(n * K)], &q[rb * size_t(n)], K);
-        gguf::TensorInfo ti;
+        gguf::TensorInfo& ti = keep.back().second;
         ti.name = "w";
         ti.type = type;
         ti.n_dims = 2;
@@ -444,10 +449,7 @@ struct Trio {
         ti.nbytes = q.size();
         ti.data = q.data();
         T3 t;
-        for (int i = 0; i < 3; ++i) {
-            t[i] = be[i]->upload_weight(ti);
-            be[i]->synchronize();  // the bytes in q are gone after return
-        }
+        for (int i = 0; i < 3; ++i) t[i] = be[i]->upload_weight(ti);
         return t;
     }
     std::vector<float> get(int i, const Tensor& t) {
