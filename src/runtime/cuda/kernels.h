@@ -142,7 +142,8 @@ bool norm_pair_fits(const NormJob& a, const NormJob& b);
 void norm_pair(const NormJob& a, const NormJob& b, cudaStream_t s);
 // An rms_norm (or an independent pair) and then rope_neox on its output rows,
 // in one launch; the same values as the ops one by one. Applies when the rope's
-// rows are the norm's output rows and n_rot is a multiple of 16, at most 256.
+// rows are the norm's output rows (at most 64 tokens of heads up to 2048 floats)
+// and n_rot is a multiple of 16, at most 256.
 struct RopeJob {  // rope_neox's arguments
     Rows x;
     const int32_t* pos = nullptr;

@@ -1,5 +1,8 @@
 // Row-wise and elementwise ops: norms, residual add, gates, copies, RoPE.
 // Same formulas and operation order as the CPU backend (runtime/cpu/cpu_ops.cpp).
+#include <cstdlib>
+#include <cstring>
+
 #include "common/error.h"
 #include "runtime/cuda/act_quant.cuh"
 #include "runtime/cuda/cuda_common.cuh"
@@ -13,7 +16,8 @@ __device__ __forceinline__ float* row_ptr(const Rows& r, int64_t i) {
     return r.data + (i % r.n1) * r.s1 + (i / r.n1) * r.s2;
 }
 
-// Norm kernels for rows longer than kRegRowMax: one block per row.
+// Norm kernels for rows longer than kRegRowMax (and QINFER_CUDA_REG_NORM=0): one
+// warp per row when rows are short, else one block per row.
 using NormKind = NormOp;
 
 template <NormKind KIND, bool WARP_PER_ROW>
@@ -275,7 +279,13 @@ template <NormKind KIND>
 void launch_norm(Rows x, Rows z, const float* w, float eps, Rows y, cudaStream_t s, const char* name) {
     const int64_t rows = x.n1 * x.n2;
     if (rows == 0 || x.n == 0) return;
-    if (x.n <= kRegRowMax) {
+    // QINFER_CUDA_REG_NORM=0: the earlier kernels (for A/B; the fused norms keep
+    // the register kernel, so fused and plain then agree up to rounding only).
+    static const bool reg = [] {
+        const char* v = std::getenv("QINFER_CUDA_REG_NORM");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    if (reg && x.n <= kRegRowMax) {
         NormJob j;
         j.op = KIND;
         j.x = x;
@@ -284,6 +294,9 @@ void launch_norm(Rows x, Rows z, const float* w, float eps, Rows y, cudaStream_t
         j.w = w;
         j.eps = eps;
         launch_reg_norm<KIND, 0>(j, nullptr, 1, ActOutPtrs{}, s);
+    } else if (x.n <= 512) {
+        const int warps = 8;
+        norm_kernel<KIND, true><<<ceil_div(rows, warps), warps * WARP, 0, s>>>(x, z, w, eps, y, rows);
     } else {
         norm_kernel<KIND, false><<<unsigned(rows), 256, 0, s>>>(x, z, w, eps, y, rows);
     }
@@ -489,8 +502,9 @@ bool one_norm_rope_fits(const NormJob& j, const RopeJob& r) {
     const Rows& y = j.y;
     const bool same = r.x.data == y.data && r.x.n == y.n && r.x.n1 == y.n1 && r.x.n2 == y.n2 &&
                       (y.n1 <= 1 || r.x.s1 == y.s1) && (y.n2 <= 1 || r.x.s2 == y.s2);
-    // pairs in whole lanes of a row's first warp
-    return same && j.op == NormOp::Rms && job_shapes_ok(j) && r.pos && r.n_rot > 0 && r.n_rot % 16 == 0 &&
+    // Pairs in whole lanes of a row's first warp. Every row computes its own
+    // angles (in double): decode-sized steps only, where launches cost more.
+    return same && y.n2 <= 64 && j.op == NormOp::Rms && job_shapes_ok(j) && r.pos && r.n_rot > 0 && r.n_rot % 16 == 0 &&
            r.n_rot <= 256 && r.n_rot <= y.n && y.n <= 2048;
 }
 }  // namespace
