@@ -504,8 +504,8 @@ bool one_norm_rope_fits(const NormJob& j, const RopeJob& r) {
                       (y.n1 <= 1 || r.x.s1 == y.s1) && (y.n2 <= 1 || r.x.s2 == y.s2);
     // Pairs in whole lanes of a row's first warp. Every row computes its own
     // angles (in double): decode-sized steps only, where launches cost more.
-    return same && y.n2 <= 64 && j.op == NormOp::Rms && job_shapes_ok(j) && r.pos && r.n_rot > 0 && r.n_rot % 16 == 0 &&
-           r.n_rot <= 256 && r.n_rot <= y.n && y.n <= 2048;
+    return same && y.n2 <= 64 && j.op == NormOp::Rms && job_shapes_ok(j) && r.pos && r.n_rot > 0 &&
+           r.n_rot % 16 == 0 && r.n_rot <= 256 && r.n_rot <= y.n && y.n <= 2048;
 }
 }  // namespace
 
