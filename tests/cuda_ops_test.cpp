@@ -491,6 +491,7 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
         {GgmlType::Q8_0, 2080, 544, 40, 4},  // Q8_0 activations, rows not a multiple of 256
         {GgmlType::Q4_1, 2080, 544, 40, 4},  // Q8_1 activations
         {GgmlType::Q8_0, 2080, 544, 16, 16},  // 16-float heads: 2 lanes per head
+        {GgmlType::Q4_0, 2080, 544, 64, 4},   // Q8_0 activations whose 16-sums the product uses
     };
     uint32_t seed = 500;
     for (const Case& c : cases) {
