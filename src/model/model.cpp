@@ -422,7 +422,8 @@ std::string TransformerModel::backend_description() const {
         if (nb > 1) out += strfmt(" layers %d-%d", first, last);
     }
     if (offload_)
-        out += strfmt(", prompts of %d+ tokens on %s", opt_.op_offload_min_batch, offload_->target().name().c_str());
+        out += strfmt(", prompts of %d+ tokens on %s%s", opt_.op_offload_min_batch, offload_->target().name().c_str(),
+                      offload_->pinned() ? " (pinned)" : "");
     return out;
 }
 

@@ -43,6 +43,17 @@ PromptOffload::PromptOffload(Backend& target, const HParams& hp, const StateConf
         arena_bytes = std::max(arena_bytes, bytes);
     }
     if (arena_bytes == 0) return;
+    // The streamed tensors' span of the mapped file, pinned if the target can.
+    const uint8_t *lo = nullptr, *hi = nullptr;
+    for (size_t il = 0; il < layers.size(); ++il) {
+        if (!streamed_[il]) continue;
+        for_each_tensor(layers[il], [&](const Tensor& t) {
+            const uint8_t* p = static_cast<const uint8_t*>(t.data);
+            if (!lo || p < lo) lo = p;
+            if (!hi || p + t.nbytes() > hi) hi = p + t.nbytes();
+        });
+    }
+    pinned_ = target.pin_streamed_range(lo, size_t(hi - lo));
     try {
         for (Tensor& a : arena_) a = target.alloc(GgmlType::I8, {int64_t(arena_bytes)}, "offload_weights");
         if (any_rec_) {

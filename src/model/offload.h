@@ -33,6 +33,7 @@ public:
     bool streams(int il) const { return streamed_[size_t(il)]; }
     bool streams_attention() const { return any_attn_; }
     bool streams_recurrent() const { return any_rec_; }
+    bool pinned() const { return pinned_; }  // weights copied straight from the pinned file pages
 
     // Decides whether this batch is offloaded (enough tokens, few enough
     // segments, the KV shadow holds the longest segment) and, if so, writes
@@ -64,6 +65,7 @@ private:
     int max_segments_;
     std::vector<bool> streamed_;
     bool any_attn_ = false, any_rec_ = false;
+    bool pinned_ = false;
     const std::vector<LayerWeights>& host_;
     Tensor arena_[2];
     LayerWeights staged_[2];

@@ -177,6 +177,10 @@ public:
     // the next synchronize().
     virtual Tensor stream_weight(const Tensor& arena, size_t offset, GgmlType type, const int64_t ne[4],
                                  const void* src, const char* name);
+    // Weights will be streamed from [host, host + bytes) (a read-only mapped
+    // file) again and again: a backend may pin the range so that copies run
+    // from it directly. Best effort; false when the range stays as it is.
+    virtual bool pin_streamed_range(const void* host, size_t bytes) { (void)host; (void)bytes; return false; }
 
     // ---- optional, for fast decode (the defaults run every op as issued)
     // ids[t] = argmax of logits[:, t], lowest index on ties. logits f32 [V, T],

@@ -116,6 +116,8 @@ CudaBackend::~CudaBackend() {
         if (staging_[i]) cudaFreeHost(staging_[i]);
         if (staging_done_[i]) cudaEventDestroy(staging_done_[i]);
     }
+    for (const auto& r : pinned_ranges_) cudaHostUnregister(const_cast<uint8_t*>(r.first));
+    if (raw_stage_) cudaFree(raw_stage_);
     if (compute_mark_) cudaEventDestroy(compute_mark_);
     if (streamed_) cudaEventDestroy(streamed_);
     if (cublas_) cublasDestroy(static_cast<cublasHandle_t>(cublas_));

@@ -58,6 +58,7 @@ public:
     size_t weight_bytes(GgmlType type, const int64_t ne[4]) const override;
     Tensor stream_weight(const Tensor& arena, size_t offset, GgmlType type, const int64_t ne[4], const void* src,
                          const char* name) override;
+    bool pin_streamed_range(const void* host, size_t bytes) override;
 
     void argmax(const Tensor& logits, const Tensor& ids) override;
     bool begin_graph(uint64_t key) override;
@@ -119,6 +120,13 @@ private:
     // stream_weight: the upload stream waits for the compute stream's earlier
     // ops (they may still read the arena) and the compute stream for the copy.
     cudaEvent_t compute_mark_ = nullptr, streamed_ = nullptr;
+    // Host ranges registered with cudaHostRegister (copied from by DMA), and
+    // the device buffer raw blocks of repacked types land in before the kernel
+    // splits them into the layout.
+    std::vector<std::pair<const uint8_t*, size_t>> pinned_ranges_;
+    void* raw_stage_ = nullptr;
+    size_t raw_stage_bytes_ = 0;
+    bool in_pinned_range(const void* p, size_t bytes) const;
 
     Scratch act_buf_[2];
     struct ActCache {
