@@ -19,3 +19,9 @@ if [ -x "$bin" ]; then
   echo "== cuda_model_test rc=$rc ($(( $(date +%s) - t0 )) s)"
   grep -E "max\||greedy ids checked|FAILED|Failure|Expected|Which is" "$OUT/cuda_model_test.log" | head -60
 fi
+bin="$BUILD/tests/cuda_deltanet_test"
+if [ -x "$bin" ]; then
+  echo "== DeltaNet prefill kernels at model shapes (serial vs chunked, error and time)"
+  "$bin" --gtest_filter='*Prefill*' > "$OUT/cuda_deltanet_prefill.log" 2>&1
+  grep -vE "^\[|^Running|^Note|^$" "$OUT/cuda_deltanet_prefill.log" | head -30
+fi

@@ -76,6 +76,7 @@ Stats stats(const std::vector<double>& v) {
 
 struct Row {
     std::string model, size, params, backend;
+    std::string placement;  // Model::backend_description()
     int threads = 0, ngl = 0, n_prompt = 0, n_gen = 0, depth = 0, parallel = 1;
     uint64_t file_bytes = 0, n_params = 0;
     std::vector<double> tps;      // per repetition
@@ -266,6 +267,7 @@ void print_json(const std::vector<Row>& rows) {
         j["model_size"] = r.file_bytes;
         j["model_n_params"] = r.n_params;
         j["backends"] = r.backend;
+        j["placement"] = r.placement;
         j["n_threads"] = r.threads;
         j["n_gpu_layers"] = r.ngl;
         j["n_prompt"] = r.n_prompt;
@@ -403,6 +405,7 @@ int cmd_bench(int argc, char** argv) {
                 r.size = human_size(info.file_bytes);
                 r.params = human_params(info.n_params);
                 r.backend = on_cpu ? "CPU" : "CUDA";
+                r.placement = info.backend;
                 r.decode_bytes = decode_bytes;
                 r.mem_bw_gbs = on_cpu && r.is_tg() ? bandwidth[threads] : 0.0;
                 r.threads = threads;
