@@ -189,7 +189,7 @@ void bench_variants(const std::string& path, int pp, int tg) {
     // Same model, one switch at a time: what each piece is worth.
     const char* variants[][2] = {{"QINFER_CUDA_GRAPHS", "0"},   {"QINFER_CUDA_FUSE", "0"},
                                  {"QINFER_CUDA_FUSE_NORM", "0"}, {"QINFER_CUDA_REG_NORM", "0"},
-                                 {"QINFER_CUDA_MMA", "0"},      {"QINFER_CUDA_PREFILL", "f16"}};
+                                 {"QINFER_CUDA_MMA", "0"},      {"QINFER_CUDA_PREFILL", "mma"}};
     std::vector<float> logits;
     for (auto& v : variants) {
         set_env(v[0], v[1]);

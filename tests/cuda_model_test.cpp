@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -72,6 +73,22 @@ std::string param_name(const ::testing::TestParamInfo<std::string>& i) {
 }
 
 int argmax(const float* v, int64_t n) { return int(std::max_element(v, v + n) - v); }
+
+// Portable environment switches (POSIX setenv / Windows _putenv_s).
+void set_env(const char* k, const char* v) {
+#ifdef _WIN32
+    _putenv_s(k, v);
+#else
+    setenv(k, v, 1);
+#endif
+}
+void unset_env(const char* k) {
+#ifdef _WIN32
+    _putenv_s(k, "");
+#else
+    unsetenv(k);
+#endif
+}
 
 class CudaModel : public ::testing::TestWithParam<std::string> {};
 
@@ -172,6 +189,73 @@ TEST_P(CudaSplit, HalfTheLayersOnTheGpuMatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Reference, CudaSplit,
                          ::testing::Values("tiny-qwen35.f16.gguf", "tiny-qwen35.q8_0.gguf", "tiny-qwen3.q4_k_m.gguf",
+                                           "tiny-qwen2.q8_0.gguf"),
+                         param_name);
+
+// Long prompts: 256 tokens in one batch take the f16 cuBLAS prefill (T >= 128)
+// instead of the int8 tensor-core kernel, and with every layer in host memory
+// the prompt-offload path (weights streamed to the GPU). Both against the CPU:
+// within 3e-2 x max |logit| (8-bit vs f16 activation rounding, amplified over
+// the layers) and the f16 path no farther from the CPU than the int8 path
+// (QINFER_CUDA_PREFILL=mma) plus 1e-2 x max.
+class CudaLongPrompt : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaLongPrompt, F16PrefillAndPromptOffloadMatchCpu) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const std::string path = test::reference_path(GetParam());
+    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    const HParams hp = HParams::from_gguf(*gguf::File::open(path));
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 256; ++i) ids.push_back(int32_t(100 + (i * 7919) % int(hp.n_vocab - 200)));
+    ModelOptions opt = options(512);
+    opt.n_batch = 256;
+    auto last_rows = [&](Model& m) {
+        Batch b;
+        for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int32_t(i), 0, i + 4 >= ids.size());
+        std::vector<float> logits;
+        m.forward(b, logits);
+        return logits;
+    };
+    const std::vector<float> lc = last_rows(*Model::load(path, opt));
+    double maxref = 0;
+    for (float v : lc) maxref = std::max(maxref, double(std::fabs(v)));
+    auto diff = [&](const std::vector<float>& l) {
+        EXPECT_EQ(l.size(), lc.size());
+        double d = 0;
+        for (size_t i = 0; i < l.size() && i < lc.size(); ++i) d = std::max(d, double(std::fabs(l[i] - lc[i])));
+        return d;
+    };
+    auto on_gpu = [&] {
+        Placement pl;
+        pl.backends.push_back(make_cuda_backend(0));
+        pl.layer.assign(size_t(hp.n_layer), 0);
+        return Model::load(path, opt, std::move(pl));
+    };
+    const double d_f16 = diff(last_rows(*on_gpu()));
+    set_env("QINFER_CUDA_PREFILL", "mma");
+    const double d_mma = diff(last_rows(*on_gpu()));
+    unset_env("QINFER_CUDA_PREFILL");
+
+    // Every layer on the CPU, the prompt offloaded to the GPU.
+    Placement pl;
+    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(2)));
+    pl.backends.push_back(make_cuda_backend(0));
+    pl.layer.assign(size_t(hp.n_layer), 0);
+    pl.offload = 1;
+    ModelOptions oo = opt;
+    oo.op_offload_min_batch = 32;
+    auto off = Model::load(path, oo, std::move(pl));
+    const double d_off = diff(last_rows(*off));
+    EXPECT_EQ(off->offloaded_batches(), 1u) << off->backend_description();
+    std::printf("%s, 256-token prompt: max|cpu| %.3g, max|cpu-gpu| f16 prefill %.3g, int8 prefill %.3g, "
+                "prompt offload %.3g\n", GetParam().c_str(), maxref, d_f16, d_mma, d_off);
+    EXPECT_LE(d_f16, 3e-2 * maxref);
+    EXPECT_LE(d_f16, d_mma + 1e-2 * maxref);
+    EXPECT_LE(d_off, 3e-2 * maxref);
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, CudaLongPrompt,
+                         ::testing::Values("tiny-qwen35.q8_0.gguf", "tiny-qwen35.q4_k_m.gguf", "tiny-qwen3.q4_k_m.gguf",
                                            "tiny-qwen2.q8_0.gguf"),
                          param_name);
 

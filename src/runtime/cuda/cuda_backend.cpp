@@ -504,15 +504,21 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
     const float* xp = static_cast<const float*>(x.data);
     const int64_t ldy = int64_t(y.nb[1] / 4);
     const bool half = w.type == GgmlType::F16 || w.type == GgmlType::BF16 || w.type == GgmlType::F32;
-    const char* prefill = std::getenv("QINFER_CUDA_PREFILL");  // "vec", "f16" (quantized weights), default mma
-    constexpr int64_t kVecMaxT = 8;
+    // Quantized weights: int8 tensor-core kernel (mma) up to kF16MinT tokens,
+    // from there dequantized to f16 for cuBLAS, which measured 1.5x the mma
+    // kernel at T = 512 on an H200 (bench/results/cuda-h200.md).
+    // QINFER_CUDA_PREFILL=vec|mma|f16 forces one path for T > kVecMaxT.
+    const char* prefill = std::getenv("QINFER_CUDA_PREFILL");
+    constexpr int64_t kVecMaxT = 8, kF16MinT = 128;
+    const bool forced = prefill && *prefill;
+    const bool f16_prefill = forced ? std::strcmp(prefill, "f16") == 0 : T >= kF16MinT;
     // (scratch growth may flush the queue: signatures are added after it)
-    if (T > kVecMaxT && (half || (prefill && std::strcmp(prefill, "f16") == 0))) {
+    if (T > kVecMaxT && (half || f16_prefill)) {
         // cuBLAS. F32 / F16 / BF16 weights: f32 products of the exact weights and
         // the f32 activations (the CPU backend's semantics): half weights are
-        // widened to f32 in row chunks, then SGEMM. Quantized weights with
-        // QINFER_CUDA_PREFILL=f16: dequantized to f16 and multiplied with f16
-        // activations (faster, but other numerics than the CPU's).
+        // widened to f32 in row chunks, then SGEMM. Quantized weights: dequantized
+        // to f16 and multiplied with f16 activations (f32 accumulation): other
+        // rounding than the CPU's 8-bit activations, closer to the f32 product.
         cublasHandle_t h = static_cast<cublasHandle_t>(cublas_);
         const int64_t chunk = w.type == GgmlType::F32 ? N : std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(64) << 20) / (4 * K)));
         void* hw = nullptr;
@@ -559,7 +565,7 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
         });
     } else {
         const cuda::ActQ act = activations(w.type, x, K, T);
-        const bool use_mma = T > kVecMaxT && !(prefill && std::strcmp(prefill, "vec") == 0);
+        const bool use_mma = T > kVecMaxT && !(forced && std::strcmp(prefill, "vec") == 0);
         sig(uint32_t(2), dw.data, dw.K, dw.N, uint32_t(dw.type), xp, T, yp, ldy, b, act.qs, act.half, use_mma);
         if (profile_)
             next_label_ = strfmt("matmul %s %lldx%lld T=%lld %s", type_name(w.type), (long long)K, (long long)N,
