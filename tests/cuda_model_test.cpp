@@ -192,15 +192,15 @@ INSTANTIATE_TEST_SUITE_P(Reference, CudaSplit,
                                            "tiny-qwen2.q8_0.gguf"),
                          param_name);
 
-// Long prompts: 256 tokens in one batch take the f16 cuBLAS prefill (T >= 128)
-// instead of the int8 tensor-core kernel, and with every layer in host memory
-// the prompt-offload path (weights streamed to the GPU). Both against the CPU:
-// within 3e-2 x max |logit| (8-bit vs f16 activation rounding, amplified over
-// the layers) and the f16 path no farther from the CPU than the int8 path
-// (QINFER_CUDA_PREFILL=mma) plus 1e-2 x max.
+// Long prompts: 256 tokens in one batch on the GPU against the CPU (within
+// 6e-2 x max |logit|: 8-bit activation roundings flipped by float order,
+// amplified over the layers, as in LogitsMatchCpuBackend), and with every
+// layer in host memory through prompt offload, which runs the same kernels on
+// the same (streamed) weights: equal to the all-GPU logits. The opt-in f16
+// prefill (QINFER_CUDA_PREFILL=f16) is reported, and bounded at 0.1 x max.
 class CudaLongPrompt : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(CudaLongPrompt, F16PrefillAndPromptOffloadMatchCpu) {
+TEST_P(CudaLongPrompt, GpuAndPromptOffloadMatchCpu) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const std::string path = test::reference_path(GetParam());
     if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
@@ -231,9 +231,10 @@ TEST_P(CudaLongPrompt, F16PrefillAndPromptOffloadMatchCpu) {
         pl.layer.assign(size_t(hp.n_layer), 0);
         return Model::load(path, opt, std::move(pl));
     };
+    const std::vector<float> lg = last_rows(*on_gpu());
+    const double d_gpu = diff(lg);
+    set_env("QINFER_CUDA_PREFILL", "f16");
     const double d_f16 = diff(last_rows(*on_gpu()));
-    set_env("QINFER_CUDA_PREFILL", "mma");
-    const double d_mma = diff(last_rows(*on_gpu()));
     unset_env("QINFER_CUDA_PREFILL");
 
     // Every layer on the CPU, the prompt offloaded to the GPU.
@@ -245,13 +246,17 @@ TEST_P(CudaLongPrompt, F16PrefillAndPromptOffloadMatchCpu) {
     ModelOptions oo = opt;
     oo.op_offload_min_batch = 32;
     auto off = Model::load(path, oo, std::move(pl));
-    const double d_off = diff(last_rows(*off));
+    const std::vector<float> lo = last_rows(*off);
     EXPECT_EQ(off->offloaded_batches(), 1u) << off->backend_description();
-    std::printf("%s, 256-token prompt: max|cpu| %.3g, max|cpu-gpu| f16 prefill %.3g, int8 prefill %.3g, "
-                "prompt offload %.3g\n", GetParam().c_str(), maxref, d_f16, d_mma, d_off);
-    EXPECT_LE(d_f16, 3e-2 * maxref);
-    EXPECT_LE(d_f16, d_mma + 1e-2 * maxref);
-    EXPECT_LE(d_off, 3e-2 * maxref);
+    double d_off_gpu = 0;
+    for (size_t i = 0; i < lg.size() && i < lo.size(); ++i)
+        d_off_gpu = std::max(d_off_gpu, double(std::fabs(lg[i] - lo[i])));
+    std::printf("%s, 256-token prompt: max|cpu| %.3g, max|cpu-gpu| %.3g (f16 prefill %.3g), prompt offload: "
+                "max|cpu-offload| %.3g, max|gpu-offload| %.3g\n",
+                GetParam().c_str(), maxref, d_gpu, d_f16, diff(lo), d_off_gpu);
+    EXPECT_LE(d_gpu, 6e-2 * maxref);
+    EXPECT_LE(d_off_gpu, 1e-4 * maxref);
+    EXPECT_LE(d_f16, 1e-1 * maxref);
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, CudaLongPrompt,

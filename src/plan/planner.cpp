@@ -143,13 +143,6 @@ MemoryPlan plan_memory(const ModelDesc& model, const PlanOptions& opt) {
     int64_t widest = hp.n_embd;
     for (const LayerPlan& l : p.layers) widest = std::max(widest, l.widest_input);
     p.act_scratch_bytes = cm.act_scratch ? 2 * cm.gpu_alloc(2 * uint64_t(widest) * B) : 0;
-    // Products of 128+ tokens dequantize the weight to f16 for cuBLAS: one
-    // buffer for the largest layer matrix and one for the f16 activations.
-    if (cm.act_scratch && B >= 128) {
-        const int64_t rows = std::max({hp.n_ff, hp.ssm_conv_channels(), 2 * hp.n_head * hp.head_dim});
-        p.act_scratch_bytes += cm.gpu_alloc(2 * uint64_t(rows) * uint64_t(hp.n_embd)) +
-                               cm.gpu_alloc(2 * uint64_t(widest) * B);
-    }
     return p;
 }
 

@@ -136,7 +136,7 @@ struct MemoryPlan {
     // GPU allocation rounding of the buffer sets above and of the global tensors.
     uint64_t scratch_base_padding = 0, scratch_attention_padding = 0, scratch_deltanet_padding = 0;
     uint64_t head_padding = 0;             // token_embd, output, output_norm and head buffers
-    uint64_t act_scratch_bytes = 0;        // GPU matmul input scratch (both buffers) + f16 prefill weight/input copies
+    uint64_t act_scratch_bytes = 0;        // GPU matmul input scratch (both buffers, allocated size)
 
     uint64_t layer_weight_bytes() const;   // sum over main layers
     uint64_t weight_bytes() const;         // everything the engine loads

@@ -504,14 +504,17 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
     const float* xp = static_cast<const float*>(x.data);
     const int64_t ldy = int64_t(y.nb[1] / 4);
     const bool half = w.type == GgmlType::F16 || w.type == GgmlType::BF16 || w.type == GgmlType::F32;
-    // Quantized weights: int8 tensor-core kernel (mma) up to kF16MinT tokens,
-    // from there dequantized to f16 for cuBLAS, which measured 1.5x the mma
-    // kernel at T = 512 on an H200 (bench/results/cuda-h200.md).
-    // QINFER_CUDA_PREFILL=vec|mma|f16 forces one path for T > kVecMaxT.
+    // Quantized weights above kVecMaxT tokens: the int8 tensor-core kernels
+    // (mma), whose results equal the decode matvec's bit for bit, so a token's
+    // logits do not depend on how its prompt was chunked or batched (greedy
+    // output under server load is reproducible). QINFER_CUDA_PREFILL=f16
+    // dequantizes to f16 for cuBLAS instead: 1.5x faster at T = 512 on an H200
+    // but batch-dependent rounding (bench/results/cuda-h200.md). =vec, =mma
+    // force those kernels.
     const char* prefill = std::getenv("QINFER_CUDA_PREFILL");
-    constexpr int64_t kVecMaxT = 8, kF16MinT = 128;
+    constexpr int64_t kVecMaxT = 8;
     const bool forced = prefill && *prefill;
-    const bool f16_prefill = forced ? std::strcmp(prefill, "f16") == 0 : T >= kF16MinT;
+    const bool f16_prefill = forced && std::strcmp(prefill, "f16") == 0;
     // (scratch growth may flush the queue: signatures are added after it)
     if (T > kVecMaxT && (half || f16_prefill)) {
         // cuBLAS. F32 / F16 / BF16 weights: f32 products of the exact weights and
