@@ -17,6 +17,7 @@
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "runtime/backend.h"
+#include "testutil.h"
 
 #ifdef QINFER_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -27,21 +28,8 @@
 namespace qinfer {
 namespace {
 
-// Portable environment switches (POSIX setenv / Windows _putenv_s).
-inline void set_env(const char* k, const char* v) {
-#ifdef _WIN32
-    _putenv_s(k, v);
-#else
-    setenv(k, v, 1);
-#endif
-}
-inline void unset_env(const char* k) {
-#ifdef _WIN32
-    _putenv_s(k, "");
-#else
-    unsetenv(k);
-#endif
-}
+using test::set_env;
+using test::unset_env;
 
 bool have_gpu() { return cuda_device_count() > 0; }
 #define REQUIRE_GPU() \

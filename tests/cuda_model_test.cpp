@@ -74,21 +74,8 @@ std::string param_name(const ::testing::TestParamInfo<std::string>& i) {
 
 int argmax(const float* v, int64_t n) { return int(std::max_element(v, v + n) - v); }
 
-// Portable environment switches (POSIX setenv / Windows _putenv_s).
-void set_env(const char* k, const char* v) {
-#ifdef _WIN32
-    _putenv_s(k, v);
-#else
-    setenv(k, v, 1);
-#endif
-}
-void unset_env(const char* k) {
-#ifdef _WIN32
-    _putenv_s(k, "");
-#else
-    unsetenv(k);
-#endif
-}
+using test::set_env;
+using test::unset_env;
 
 class CudaModel : public ::testing::TestWithParam<std::string> {};
 

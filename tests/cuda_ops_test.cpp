@@ -19,6 +19,7 @@
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 #include "runtime/backend.h"
+#include "testutil.h"
 #ifdef QINFER_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"
 #endif
@@ -387,21 +388,8 @@ TEST(CudaOps, RowNormsOfManyLengthsMatchCpu) {
     }
 }
 
-// Portable environment switches (POSIX setenv / Windows _putenv_s).
-void set_env(const char* k, const char* v) {
-#ifdef _WIN32
-    _putenv_s(k, v);
-#else
-    setenv(k, v, 1);
-#endif
-}
-void unset_env(const char* k) {
-#ifdef _WIN32
-    _putenv_s(k, "");
-#else
-    unsetenv(k);
-#endif
-}
+using test::set_env;
+using test::unset_env;
 
 // The CPU backend, a CUDA backend with producer fusion off and one with it on.
 struct Trio {

@@ -23,4 +23,8 @@ int run_command(const std::string& cmd, std::string* out, bool merge_stderr = fa
 // A fresh temporary directory, removed at process exit.
 std::string temp_dir();
 
+// Environment switches for backend A/B tests (POSIX setenv / Windows _putenv_s).
+void set_env(const char* name, const char* value);
+void unset_env(const char* name);
+
 }  // namespace qinfer::test

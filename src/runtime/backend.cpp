@@ -14,6 +14,16 @@ void set_contiguous_strides(Tensor& t) {
     t.nb[3] = t.nb[2] * size_t(t.ne[2]);
 }
 
+Tensor tensor_desc(GgmlType type, const int64_t ne[4], Backend* backend, const char* name) {
+    Tensor t;
+    t.type = type;
+    for (int i = 0; i < 4; ++i) t.ne[i] = ne[i];
+    set_contiguous_strides(t);
+    t.backend = backend;
+    t.name = name;
+    return t;
+}
+
 bool Tensor::is_contiguous() const {
     Tensor c = *this;
     set_contiguous_strides(c);
@@ -88,12 +98,7 @@ Tensor Backend::stream_weight(const Tensor& arena, size_t offset, GgmlType type,
     if (arena.backend != this || offset % 256 != 0 || offset + bytes > arena.nbytes())
         fail(strfmt("stream_weight '%s': %zu bytes at offset %zu do not fit arena '%s' (%zu bytes)", name, bytes,
                     offset, arena.name, arena.nbytes()));
-    Tensor t;
-    t.type = type;
-    for (int i = 0; i < 4; ++i) t.ne[i] = ne[i];
-    set_contiguous_strides(t);
-    t.backend = this;
-    t.name = name;
+    Tensor t = tensor_desc(type, ne, this, name);
     t.data = static_cast<uint8_t*>(arena.data) + offset;
     write(arena, src, bytes, offset);  // ordered after the ops already issued
     return t;

@@ -47,6 +47,8 @@ struct Tensor {
 
 // Contiguous strides for `ne` of type t.
 void set_contiguous_strides(Tensor& t);
+// A contiguous tensor of this type and extents owned by `backend` (data unset).
+Tensor tensor_desc(GgmlType type, const int64_t ne[4], Backend* backend, const char* name);
 // A view of t with extents ne and byte strides nb for dims 1.. (dim 0 stays
 // contiguous; omitted strides are contiguous), starting `offset` bytes into t.
 Tensor view(const Tensor& t, std::initializer_list<int64_t> ne, std::initializer_list<size_t> nb, size_t offset = 0);

@@ -261,19 +261,20 @@ Tensor CudaBackend::upload_weight_bytes(GgmlType type, std::initializer_list<int
     return t;
 }
 
-Tensor CudaBackend::upload_blocks(GgmlType type, const int64_t ne[4], const void* data, const char* name) {
-    const auto t0 = std::chrono::steady_clock::now();
+// A weight's descriptor after the checks every weight on this backend passes.
+Tensor CudaBackend::weight_desc(GgmlType type, const int64_t ne[4], const char* name) const {
     if (!cuda::cuda_supports_weight_type(type) && type != GgmlType::I32)
         fail(strfmt("CUDA: tensor '%s' has type %s, which the CUDA kernels do not handle", name, type_name(type)));
-    Tensor t;
-    t.type = type;
-    for (int i = 0; i < 4; ++i) t.ne[i] = ne[i];
-    set_contiguous_strides(t);
-    t.backend = this;
-    t.name = name;
     const TypeTraits& tt = traits(type);
     if (ne[0] % tt.block_size != 0)
         fail(strfmt("CUDA: tensor '%s': rows of %lld are not whole %s blocks", name, (long long)ne[0], tt.name));
+    return tensor_desc(type, ne, const_cast<CudaBackend*>(this), name);
+}
+
+Tensor CudaBackend::upload_blocks(GgmlType type, const int64_t ne[4], const void* data, const char* name) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Tensor t = weight_desc(type, ne, name);
+    const TypeTraits& tt = traits(type);
     const int64_t n_blocks = t.n_elements() / tt.block_size;
     const cuda::WeightLayout l = cuda::weight_layout(type, n_blocks);
     void* dev = device_malloc(std::max<size_t>(l.total, 1), strfmt("weight '%s'", name).c_str());
@@ -644,36 +645,34 @@ void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
     wrote(y);
 }
 
-void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& y) {
-    check_ours(gate, "swiglu");
-    const Rows gr = rows_of(gate, "swiglu"), ur = rows_of(up, "swiglu"), yr = rows_of(y, "swiglu");
-    sig(uint32_t(7), gr, ur, yr);
-    enqueue([=, s = stream_] { cuda::swiglu(gr, ur, yr, s); });
+// swiglu and sigmoid_mul: elementwise gates that the activation quantization
+// of a following matmul may absorb (PendingOp::Gate).
+void CudaBackend::gate_op(cuda::Gate g, const Tensor& a, const Tensor& b, const Tensor& y, const char* what) {
+    check_ours(a, what);
+    const Rows ar = rows_of(a, what), br = rows_of(b, what), yr = rows_of(y, what);
+    const bool swiglu = g == cuda::Gate::Swiglu;
+    sig(uint32_t(swiglu ? 7 : 8), ar, br, yr);
+    enqueue([=, s = stream_] {
+        if (swiglu) cuda::swiglu(ar, br, yr, s);
+        else cuda::sigmoid_mul(ar, br, yr, s);
+    });
     if (deferring()) {
         PendingOp& op = pending_.back();
         op.kind = PendingOp::Gate;
-        op.gate = cuda::Gate::Swiglu;
-        op.a = gr;
-        op.b = ur;
+        op.gate = g;
+        op.a = ar;
+        op.b = br;
         op.y = yr;
     }
     wrote(y);
 }
 
+void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& y) {
+    gate_op(cuda::Gate::Swiglu, gate, up, y, "swiglu");
+}
+
 void CudaBackend::sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& y) {
-    check_ours(x, "sigmoid_mul");
-    const Rows xr = rows_of(x, "sigmoid_mul"), gr = rows_of(gate, "sigmoid_mul"), yr = rows_of(y, "sigmoid_mul");
-    sig(uint32_t(8), xr, gr, yr);
-    enqueue([=, s = stream_] { cuda::sigmoid_mul(xr, gr, yr, s); });
-    if (deferring()) {
-        PendingOp& op = pending_.back();
-        op.kind = PendingOp::Gate;
-        op.gate = cuda::Gate::SigmoidMul;
-        op.a = xr;
-        op.b = gr;
-        op.y = yr;
-    }
-    wrote(y);
+    gate_op(cuda::Gate::SigmoidMul, x, gate, y, "sigmoid_mul");
 }
 
 void CudaBackend::copy(const Tensor& src, const Tensor& dst) {

@@ -87,6 +87,8 @@ private:
     void* device_malloc(size_t bytes, const char* what);
     void device_free(void* p, size_t bytes);
     cuda::DeviceWeight device_weight(const Tensor& w) const;
+    Tensor weight_desc(GgmlType type, const int64_t ne[4], const char* name) const;
+    void gate_op(cuda::Gate g, const Tensor& a, const Tensor& b, const Tensor& y, const char* what);
     Tensor upload_blocks(GgmlType type, const int64_t ne[4], const void* data, const char* name);
     void copy_weight_blocks(GgmlType type, const cuda::WeightLayout& l, int64_t n_blocks, const uint8_t* src,
                             uint8_t* dst);

@@ -26,17 +26,8 @@ Tensor CudaBackend::stream_weight(const Tensor& arena, size_t offset, GgmlType t
                                   const void* src, const char* name) {
     check_ours(arena, "stream_weight");
     if (in_keyed_) fail("CUDA: stream_weight() inside a recorded step");
-    if (!cuda::cuda_supports_weight_type(type))
-        fail(strfmt("CUDA: tensor '%s' has type %s, which the CUDA kernels do not handle", name, type_name(type)));
+    Tensor t = weight_desc(type, ne, name);
     const TypeTraits& tt = traits(type);
-    if (ne[0] % tt.block_size != 0)
-        fail(strfmt("CUDA: tensor '%s': rows of %lld are not whole %s blocks", name, (long long)ne[0], tt.name));
-    Tensor t;
-    t.type = type;
-    for (int i = 0; i < 4; ++i) t.ne[i] = ne[i];
-    set_contiguous_strides(t);
-    t.backend = this;
-    t.name = name;
     const int64_t n_blocks = t.n_elements() / tt.block_size;
     const cuda::WeightLayout l = cuda::weight_layout(type, n_blocks);
     if (offset % 256 != 0 || offset + l.total > arena.nbytes())
