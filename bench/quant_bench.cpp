@@ -14,8 +14,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -67,9 +69,18 @@ const Weights& weights(GgmlType t, int64_t K, int64_t N, bool rotate) {
 }
 
 ThreadPool& pool(int n) {
-    static std::unique_ptr<ThreadPool> p[3];
-    if (!p[n]) p[n] = std::make_unique<ThreadPool>(n);
-    return *p[n];
+    static std::map<int, std::unique_ptr<ThreadPool>> p;
+    std::unique_ptr<ThreadPool>& q = p[n];
+    if (!q) q = std::make_unique<ThreadPool>(n);
+    return *q;
+}
+
+// 1, 2 and, on bigger machines, every hardware thread.
+std::vector<int> thread_counts() {
+    std::vector<int> t = {1, 2};
+    const int hw = int(std::thread::hardware_concurrency());
+    if (hw > 2) t.push_back(hw);
+    return t;
 }
 
 void BM_Matvec(benchmark::State& st) {
@@ -158,7 +169,7 @@ void BM_Memcpy(benchmark::State& st) {
 void matvec_args(benchmark::internal::Benchmark* b) {
     for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16})
         for (auto [K, N] : {std::pair<int64_t, int64_t>{2560, 9216}, {9216, 2560}})
-            for (int threads : {1, 2}) b->Args({int64_t(t), K, N, threads});
+            for (int threads : thread_counts()) b->Args({int64_t(t), K, N, threads});
     b->ArgNames({"type", "K", "N", "threads"});
 }
 
@@ -182,7 +193,12 @@ void matmul_small_args(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
-BENCHMARK(BM_MemRead)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime();
+BENCHMARK(BM_MemRead)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+        for (int t : thread_counts()) b->Arg(t);
+    })
+    ->ArgName("threads")
+    ->UseRealTime();
 BENCHMARK(BM_Memcpy)->UseRealTime();
 BENCHMARK(BM_Matvec)->Apply(matvec_args)->UseRealTime();
 BENCHMARK(BM_MatvecL2)

@@ -4,8 +4,8 @@
 // qwen2.cpp / qwen3.cpp / qwen35.cpp.
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "common/error.h"
@@ -117,7 +117,7 @@ TransformerModel::~TransformerModel() {
     std::fprintf(stderr, "step times (QINFER_STEP_TIMES): %llu decode steps, %llu prompt steps\n",
                  (unsigned long long)timed_steps_[0], (unsigned long long)timed_steps_[1]);
     for (const auto& [name, t] : run_times_) {
-        const uint64_t steps = timed_steps_[name.rfind("decode", 0) == 0 ? 0 : 1];
+        const uint64_t steps = timed_steps_[name.find("decode") == 0 ? 0 : 1];
         std::fprintf(stderr, "  %-28s %9.3f ms per step (%llu runs)\n", name.c_str(),
                      1e3 * t.seconds / double(std::max<uint64_t>(steps, 1)), (unsigned long long)t.runs);
     }
@@ -320,7 +320,7 @@ void TransformerModel::step(const Batch& batch, std::vector<float>* logits, std:
     auto end_run = [&] {
         if (!time_runs_ || cur < 0) return;
         const auto now = std::chrono::steady_clock::now();
-        RunTimes& rt = run_times_[kind + backend(cur).name()];
+        RunTimes& rt = run_times_[std::string(kind) + backend(cur).name()];
         rt.seconds += std::chrono::duration<double>(now - t_run).count();
         ++rt.runs;
         t_run = now;
@@ -371,6 +371,12 @@ void TransformerModel::step(const Batch& batch, std::vector<float>* logits, std:
 
     // Head on the requested rows only, kHeadChunk rows at a time.
     enter(placement_.head);
+    if (time_runs_ && backend(cur).host_memory()) {
+        // The layers' share of this (synchronous) backend's run so far; the head
+        // is timed on its own.
+        end_run();
+        kind = T <= 8 ? "decode head " : "prompt head ";
+    }
     Backend& be = backend(cur);
     PerBackend& p = pb_[size_t(cur)];
     const Tensor x = first_rows(p.s.x, T);
