@@ -545,6 +545,10 @@ TEST_F(ServerTest, MetricsExposition) {
     EXPECT_GT(metric(port_, "qinfer_sample_seconds_total"), 0);
     EXPECT_GE(metric(port_, "qinfer_snapshot_seconds_total"), 0);
     EXPECT_EQ(metric(port_, "qinfer_queue_depth"), 0);
+    // Greedy requests (temperature 0, no penalties): the backend picked their tokens.
+    EXPECT_GT(metric(port_, "qinfer_argmax_steps_total"), 0);
+    EXPECT_LE(metric(port_, "qinfer_argmax_steps_total"), steps);
+    EXPECT_EQ(metric(port_, "qinfer_offloaded_steps_total"), 0);  // CPU only: nothing to offload
 }
 
 // A separate small server: API key, queue limit, shutdown.

@@ -70,6 +70,10 @@ std::string Metrics::render() const {
     counter(s, "qinfer_generated_tokens_total", "Tokens generated.", generated_tokens.load());
     counter(s, "qinfer_forward_steps_total", "Batched forward passes.", forward_steps.load());
     counter(s, "qinfer_batch_tokens_total", "Tokens over all forward passes.", batch_tokens.load());
+    counter(s, "qinfer_offloaded_steps_total", "Forward passes that ran host-memory layers on the GPU (prompt offload).",
+            offloaded_steps.load());
+    counter(s, "qinfer_argmax_steps_total", "Forward passes whose greedy tokens were picked by the backend.",
+            argmax_steps.load());
     seconds(s, "qinfer_forward_seconds_total", "Scheduler time in model forward passes.", forward_us.load());
     seconds(s, "qinfer_sample_seconds_total", "Scheduler time sampling and streaming tokens.", sample_us.load());
     seconds(s, "qinfer_snapshot_seconds_total", "Scheduler time saving and restoring prompt-cache checkpoints.",

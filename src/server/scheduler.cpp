@@ -283,6 +283,8 @@ bool Scheduler::step() {
     const auto t_sample = Clock::now();
     metrics_.forward_us += micros_between(t_forward, t_sample);
     metrics_.forward_steps++;
+    metrics_.offloaded_steps = model_.offloaded_batches();
+    if (argmax) metrics_.argmax_steps++;
     metrics_.batch_tokens += batch_.size();
     metrics_.prompt_tokens_processed += n_prompt_tokens;
     // Sampling and detokenizing are per sequence (each touches only its own
