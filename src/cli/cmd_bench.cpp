@@ -246,6 +246,12 @@ void print_markdown(const std::vector<Row>& rows) {
                     s.stddev);
     }
     std::printf("\n");
+    std::string last_placement;
+    for (const Row& r : rows) {
+        if (r.placement == last_placement) continue;
+        std::printf("placement (ngl %d, threads %d): %s\n", r.ngl, r.threads, r.placement.c_str());
+        last_placement = r.placement;
+    }
     int last_bw_threads = -1;
     for (const Row& r : rows) {
         if (!r.is_tg() || r.mem_bw_gbs <= 0) continue;
@@ -379,7 +385,9 @@ int cmd_bench(int argc, char** argv) {
             Model& model = engine->model();
             const int n_vocab = info.n_vocab;
             const std::string size_label(model.file().get_string("general.size_label").value_or("?B"));
-            const bool on_cpu = info.backend.find("CUDA") == std::string::npos;
+            // Layers on the CPU only (prompt offload may still run prompts on the GPU).
+            const size_t offload_at = info.backend.find(", prompts of");
+            const bool on_cpu = info.backend.substr(0, offload_at).find("CUDA") == std::string::npos;
             const uint64_t decode_bytes = decode_weight_bytes(model);
             if (on_cpu && any_tg && !bandwidth.count(threads)) bandwidth[threads] = measure_read_bandwidth(threads);
             std::vector<Row> tests;
@@ -404,7 +412,7 @@ int cmd_bench(int argc, char** argv) {
                 r.model = info.arch + " " + size_label + " " + info.file_type;
                 r.size = human_size(info.file_bytes);
                 r.params = human_params(info.n_params);
-                r.backend = on_cpu ? "CPU" : "CUDA";
+                r.backend = !on_cpu ? "CUDA" : offload_at == std::string::npos ? "CPU" : "CPU+GPU prompts";
                 r.placement = info.backend;
                 r.decode_bytes = decode_bytes;
                 r.mem_bw_gbs = on_cpu && r.is_tg() ? bandwidth[threads] : 0.0;
