@@ -1,10 +1,11 @@
-// Weights streamed into an arena (prompt offload) on the CUDA backend: for
+// Weights streamed into arenas (prompt offload) on the CUDA backend: for
 // every weight type the GPU kernels take, a product with the streamed weight
 // equals, bit for bit, the product with the same blocks uploaded at load —
 // through the pinned-range path (DMA from the mapped pages, repack kernel on
-// the GPU) and through the staging ring — also when the arena is overwritten
-// by the next layer's tensors while earlier products are still queued.
-// Skipped without a GPU.
+// the GPU) and through the staging ring — with two arenas used in turn as
+// prompt offload does: the next weight is copied while the previous product
+// is still queued, and an arena is refilled only after the product that read
+// it was read back. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -68,16 +69,22 @@ TEST(CudaStream, StreamedWeightsEqualUploaded) {
         const int64_t ne[4] = {K, N, 1, 1};
         size_t arena_bytes = 0;
         for (GgmlType t : types) arena_bytes = std::max(arena_bytes, be->weight_bytes(t, ne));
-        Tensor arena = be->alloc(GgmlType::I8, {int64_t(arena_bytes)}, "arena");
+        Tensor arenas[2] = {be->alloc(GgmlType::I8, {int64_t(arena_bytes)}, "arena0"),
+                            be->alloc(GgmlType::I8, {int64_t(arena_bytes)}, "arena1")};
         Tensor x = be->alloc(GgmlType::F32, {K, T}, "x");
         const std::vector<float> xv = randn(size_t(K * T), 7);
         be->write(x, xv.data(), xv.size() * 4);
         std::vector<Tensor> y_stream, y_upload;
+        std::vector<std::vector<float>> got(std::size(types));
         for (size_t i = 0; i < std::size(types); ++i) {
             const void* src = file.p + off[i];
-            const Tensor ws = be->stream_weight(arena, 0, types[i], ne, src, "streamed");
+            const Tensor ws = be->stream_weight(arenas[i % 2], 0, types[i], ne, src, "streamed");
             y_stream.push_back(be->alloc(GgmlType::F32, {N, T}, "ys"));
-            be->matmul(ws, x, y_stream.back(), nullptr);  // queued: the next stream_weight must wait for it
+            be->matmul(ws, x, y_stream.back(), nullptr);  // queued while the next weight is copied
+            if (i > 0) {  // the previous arena's product, read back before that arena is refilled
+                got[i - 1].resize(size_t(N * T));
+                be->read(y_stream[i - 1], got[i - 1].data(), got[i - 1].size() * 4);
+            }
             gguf::TensorInfo ti;
             ti.name = "uploaded";
             ti.type = types[i];
@@ -92,7 +99,8 @@ TEST(CudaStream, StreamedWeightsEqualUploaded) {
         }
         for (size_t i = 0; i < std::size(types); ++i) {
             std::vector<float> a(size_t(N * T)), b(size_t(N * T));
-            be->read(y_stream[i], a.data(), a.size() * 4);
+            if (got[i].empty()) be->read(y_stream[i], a.data(), a.size() * 4);
+            else a = got[i];
             be->read(y_upload[i], b.data(), b.size() * 4);
             EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
                 << type_name(types[i]) << (pin ? " pinned" : " staged") << ": first " << a[0] << " vs " << b[0];

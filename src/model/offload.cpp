@@ -119,12 +119,19 @@ bool PromptOffload::begin(const std::vector<int32_t>& pos, const std::vector<Ste
     target_.write(step_.slot_t, step_.slot.data(), size_t(T) * 4);
     target_.write(step_.seg_t, step_.segments.data(), step_.segments.size() * sizeof(StepInfo::Segment));
     pending_layer_ = -1;
+    arena_user_[0] = arena_user_[1] = -1;
     return true;
 }
 
 const LayerWeights& PromptOffload::stage(int il) {
     const int a = next_arena_;
     next_arena_ ^= 1;
+    // stream_weight's contract: no earlier op may still read this arena. Its
+    // last user is the streamed layer before the previous one, whose state
+    // store_state has read back since (that read waited for its ops).
+    if (pending_layer_ >= 0 && arena_user_[a] == pending_layer_)
+        fail("prompt offload: staging into an arena whose layer is still running");
+    arena_user_[a] = il;
     LayerWeights& w = staged_[a];
     w = host_[size_t(il)];
     size_t off = 0;

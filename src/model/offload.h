@@ -70,6 +70,7 @@ private:
     Tensor arena_[2];
     LayerWeights staged_[2];
     int next_arena_ = 0;
+    int arena_user_[2] = {-1, -1};  // layer whose weights each arena holds this step
     KvCache kv_;            // {d, n_kv, kv_rows_, max_segments}
     int64_t kv_rows_ = 0;
     RecurrentState rs_;     // {.., max_segments}

@@ -174,9 +174,11 @@ public:
     // Copies a weight's blocks (GGUF layout at host address `src`) to byte
     // `offset` of `arena` (a buffer from alloc(); offset a multiple of 256) and
     // returns the weight there, usable by ops until those bytes are overwritten.
-    // Ops issued after the call see the data; ops issued before it that read
-    // the same arena bytes still see the old data. `src` must stay valid until
-    // the next synchronize().
+    // Ops issued after the call see the data. The copy is not ordered after
+    // earlier ops (so it can overlap them): the caller makes sure none of them
+    // still reads these bytes, e.g. by having read back a result computed after
+    // them (read() and synchronize() wait). `src` must stay valid until the
+    // next synchronize().
     virtual Tensor stream_weight(const Tensor& arena, size_t offset, GgmlType type, const int64_t ne[4],
                                  const void* src, const char* name);
     // Weights will be streamed from [host, host + bytes) (a read-only mapped

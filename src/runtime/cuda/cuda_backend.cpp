@@ -118,7 +118,6 @@ CudaBackend::~CudaBackend() {
     }
     for (const auto& r : pinned_ranges_) cudaHostUnregister(const_cast<uint8_t*>(r.first));
     if (raw_stage_) cudaFree(raw_stage_);
-    if (compute_mark_) cudaEventDestroy(compute_mark_);
     if (streamed_) cudaEventDestroy(streamed_);
     if (cublas_) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
     if (upload_stream_) cudaStreamDestroy(upload_stream_);

@@ -119,9 +119,8 @@ private:
     double upload_s_ = 0;
     uint64_t upload_bytes_ = 0;
     bool load_stats_printed_ = false;
-    // stream_weight: the upload stream waits for the compute stream's earlier
-    // ops (they may still read the arena) and the compute stream for the copy.
-    cudaEvent_t compute_mark_ = nullptr, streamed_ = nullptr;
+    // stream_weight: the compute stream waits for the copy.
+    cudaEvent_t streamed_ = nullptr;
     // Host ranges registered with cudaHostRegister (copied from by DMA), and
     // the device buffer raw blocks of repacked types land in before the kernel
     // splits them into the layout.

@@ -1,8 +1,8 @@
 // Weights streamed into an arena for one step (prompt offload): the layers that
 // live in host memory run here for big batches. Copies run on the upload
-// stream, fenced by events against the compute stream on both sides, so the
-// host returns once they are queued and the GPU keeps computing the previous
-// layer meanwhile. From a pinned range (pin_streamed_range) the DMA reads the
+// stream; the compute stream waits for them (an event) before the ops issued
+// afterwards, so the host returns once they are queued and the GPU keeps
+// computing the previous layer meanwhile. From a pinned range (pin_streamed_range) the DMA reads the
 // mapped file directly (repacked types: raw blocks, then the repack kernel);
 // otherwise the blocks go through the load-time pinned staging ring, which
 // costs a host memcpy per byte (~8 GB/s on one core).
@@ -35,15 +35,11 @@ Tensor CudaBackend::stream_weight(const Tensor& arena, size_t offset, GgmlType t
                     offset, arena.name, arena.nbytes()));
     uint8_t* dst = static_cast<uint8_t*>(arena.data) + offset;
 
-    if (!compute_mark_) {
-        QINFER_CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
-        QINFER_CUDA_CHECK(cudaEventCreateWithFlags(&streamed_, cudaEventDisableTiming));
-    }
-    // Ops issued so far may read these bytes: launch them, and let the copy
-    // start only after them.
+    if (!streamed_) QINFER_CUDA_CHECK(cudaEventCreateWithFlags(&streamed_, cudaEventDisableTiming));
+    // Launch the ops queued so far before the compute stream starts waiting
+    // for this copy: they do not read these bytes (the caller's guarantee),
+    // so they run while it is in flight.
     flush();
-    QINFER_CUDA_CHECK(cudaEventRecord(compute_mark_, stream_));
-    QINFER_CUDA_CHECK(cudaStreamWaitEvent(upload_stream_, compute_mark_, 0));
     const size_t file_bytes = size_t(n_blocks) * tt.type_size;
     if (in_pinned_range(src, file_bytes)) {
         // Straight from the pinned file pages; repacked types go through the
