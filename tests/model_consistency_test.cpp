@@ -212,6 +212,46 @@ TEST_P(Consistency, PromptOffloadEqualsOneBackend) {
     }
 }
 
+// Prompt offload past the first 1024 positions (the KV shadow grows), and a
+// batch with more segments than the shadow has slots (runs where the layers
+// live): logits still equal one backend's, and only the offloaded batches count.
+TEST_P(Consistency, PromptOffloadGrowsItsShadowAndFallsBack) {
+    ModelOptions opt = options();
+    opt.n_ctx = 1200;
+    opt.n_batch = 1100;
+    opt.n_slots = 6;
+    auto single = Model::load(model_path(GetParam()), opt);
+    const int64_t L = single->hparams().n_layer, V = single->hparams().n_vocab;
+    Placement pl;
+    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(1)));
+    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(1)));
+    pl.layer.assign(size_t(L), 0);
+    pl.offload = 1;
+    ModelOptions oo = opt;
+    oo.op_offload_min_batch = 4;
+    auto off = Model::load(model_path(GetParam()), oo, std::move(pl));
+    auto both = [&](const Batch& b, const char* what) {
+        std::vector<float> want, got;
+        single->forward(b, want);
+        off->forward(b, got);
+        EXPECT_EQ(max_diff(got, want), 0.0) << GetParam() << ": " << what;
+    };
+    Batch b;
+    for (int i = 0; i < 1000; ++i) b.add(int32_t(100 + (i * 37) % int(V - 200)), i, 0, i == 999);
+    both(b, "1000 tokens");
+    b.clear();
+    for (int i = 1000; i < 1100; ++i) b.add(int32_t(100 + (i * 37) % int(V - 200)), i, 0, true);
+    both(b, "100 more (shadow past 1024 rows)");
+    EXPECT_EQ(off->offloaded_batches(), 2u);
+    // Six slots in one batch: more than the shadow's four.
+    b.clear();
+    for (int s = 1; s < 6; ++s)
+        for (int i = 0; i < 2; ++i) b.add(kPrompt[size_t(s + i)], i, s, true);
+    b.add(7, 1100, 0, true);
+    both(b, "six segments");
+    EXPECT_EQ(off->offloaded_batches(), 2u);
+}
+
 // Greedy picks made by the backend equal the argmax of the logits it returns
 // (the same batch on two slots: every row, and only the last).
 TEST_P(Consistency, ForwardArgmaxPicksTheLargestLogit) {
