@@ -485,9 +485,14 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
         std::fprintf(stderr, "warning: no usable GPU; running all %lld layers on the CPU\n", (long long)L);
     }
     if (have_gpu && opt.op_offload_min_batch > 0 && ngl < L) {
-        // Layers in host memory: big batches run them on the GPU too.
-        if (pl.backends.size() == 1) pl.backends.push_back(make_cuda_backend(0, opt.vram_limit));
-        pl.offload = 1;
+        // Layers in host memory: big batches run them on the GPU too. Only for
+        // that, a GPU that cannot be set up is not an error.
+        try {
+            if (pl.backends.size() == 1) pl.backends.push_back(make_cuda_backend(0, opt.vram_limit));
+            pl.offload = 1;
+        } catch (const Error& e) {
+            std::fprintf(stderr, "warning: prompt offload off: %s\n", e.what());
+        }
     }
     if (pl.backends.size() == 1) return std::make_unique<TransformerModel>(std::move(file), opt, std::move(pl));
     try {
