@@ -97,3 +97,23 @@ TEST(BenchCli, ParallelDecodeRows) {
     EXPECT_NE(rc, 0);
     EXPECT_NE(bad.find("-np: '0' is not a valid value"), std::string::npos) << bad;
 }
+
+// Prompt offload flags: a negative batch size is refused with the flag named;
+// --no-op-offload and 0 are accepted (no GPU here: nothing is offloaded either way).
+TEST(BenchCli, OpOffloadFlags) {
+    if (!reference_available()) GTEST_SKIP() << "reference models not available";
+    const std::string m = reference_path("tiny-qwen35.q8_0.gguf");
+    std::string out;
+    int rc = run_command(quote(qinfer_binary()) + " bench -m " + quote(m) +
+                             " -p 8 -n 0 -r 1 -t 1 --op-offload-min-batch -4 2>&1", &out);
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(out.find("--op-offload-min-batch"), std::string::npos) << out;
+    for (const char* flag : {"--no-op-offload", "--op-offload-min-batch 0"}) {
+        out.clear();
+        rc = run_command(quote(qinfer_binary()) + " bench -m " + quote(m) + " -p 8 -n 0 -r 1 -t 1 -o json " + flag +
+                             " 2>/dev/null", &out);
+        ASSERT_EQ(rc, 0) << flag << ": " << out;
+        const auto j = nlohmann::json::parse(out);
+        EXPECT_EQ(j[0]["placement"].get<std::string>().find("prompts of"), std::string::npos) << flag;
+    }
+}

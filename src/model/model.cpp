@@ -435,17 +435,6 @@ std::string TransformerModel::backend_description() const {
 
 }  // namespace
 
-void Model::forward_argmax(const Batch& batch, std::vector<int32_t>& ids) {
-    std::vector<float> logits;
-    forward(batch, logits);
-    const int64_t V = hparams().n_vocab;
-    ids.resize(logits.size() / size_t(V));
-    for (size_t r = 0; r < ids.size(); ++r) {
-        const float* row = logits.data() + r * size_t(V);
-        ids[r] = int32_t(std::max_element(row, row + V) - row);  // first maximum: lowest index on ties
-    }
-}
-
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opt, Placement placement) {
     return std::make_unique<TransformerModel>(gguf::File::open(path), opt, std::move(placement));
 }

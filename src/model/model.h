@@ -81,7 +81,7 @@ public:
     // want_logits, the index of its largest logit (lowest on ties), picked
     // where the logits are computed, so a GPU sends back 4 bytes per row
     // instead of n_vocab floats.
-    virtual void forward_argmax(const Batch& batch, std::vector<int32_t>& ids);
+    virtual void forward_argmax(const Batch& batch, std::vector<int32_t>& ids) = 0;
 
     // Forgets a slot's history (KV length 0, recurrent state zero).
     virtual void clear_slot(int slot) = 0;
