@@ -161,7 +161,12 @@ PromptOffload::LayerState PromptOffload::load_state(int il, const StateStore& st
             const StepInfo::Segment& sg = segs_[i];
             for (const auto& [src, dst] : {std::pair{&rs->conv, &rs_.conv}, std::pair{&rs->S, &rs_.S}}) {
                 const size_t n = slot_bytes(*dst, max_segments_);
-                target_.write(*dst, static_cast<const uint8_t*>(src->data) + size_t(sg.slot) * n, n, i * n);
+                if (sg.pos0 == 0) {
+                    // A slot of length 0 holds the zero state (StateStore::clear): no copy over the bus.
+                    target_.fill_zero(view(*dst, {int64_t(n / 4)}, {}, i * n));
+                } else {
+                    target_.write(*dst, static_cast<const uint8_t*>(src->data) + size_t(sg.slot) * n, n, i * n);
+                }
             }
         }
         ls.rs = &rs_;
