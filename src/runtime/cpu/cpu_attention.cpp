@@ -31,6 +31,7 @@ struct Task {
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const KvCache& cache,
                            const StepInfo& step, float scale, const Tensor& out) {
     flush();
+    const OpTimer timer(profile_.get(), "attention");
     const int64_t d = q.ne[0], n_head = q.ne[1], T = q.ne[2];
     const int64_t n_kv = k.ne[1];
     const Tensor& K = cache.k;

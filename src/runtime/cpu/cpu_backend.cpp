@@ -41,7 +41,7 @@ std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<ThreadPool> pool) {
     return std::make_unique<CpuBackend>(std::move(pool));
 }
 
-CpuBackend::CpuBackend(std::shared_ptr<ThreadPool> pool) : pool_(std::move(pool)) {
+CpuBackend::CpuBackend(std::shared_ptr<ThreadPool> pool) : pool_(std::move(pool)), profile_(OpProfile::from_env()) {
     if (!pool_) fail("CPU backend: no thread pool");
 }
 
@@ -86,26 +86,31 @@ Tensor CpuBackend::upload_weight(const gguf::TensorInfo& ti) {
 
 void CpuBackend::write(const Tensor& dst, const void* src, size_t bytes, size_t offset) {
     flush();
+    const OpTimer timer(profile_.get(), "write");
     std::memcpy(static_cast<uint8_t*>(dst.data) + offset, src, bytes);
 }
 
 void CpuBackend::read(const Tensor& src, void* dst, size_t bytes, size_t offset) {
     flush();
+    const OpTimer timer(profile_.get(), "read");
     std::memcpy(dst, static_cast<const uint8_t*>(src.data) + offset, bytes);
 }
 
 void CpuBackend::fill_zero(const Tensor& t) {
     flush();
+    const OpTimer timer(profile_.get(), "fill_zero");
     std::memset(t.data, 0, t.nbytes());
 }
 
 void CpuBackend::copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offset, size_t bytes) {
     flush();
+    const OpTimer timer(profile_.get(), "copy_bytes");
     std::memmove(static_cast<uint8_t*>(t.data) + dst_offset, static_cast<const uint8_t*>(t.data) + src_offset, bytes);
 }
 
 void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
     flush();
+    const OpTimer timer(profile_.get(), "copy");
     if (src.n_elements() != dst.n_elements() || src.type != dst.type)
         fail(strfmt("copy %s %s -> %s %s: shapes differ", src.name, shape_str(src).c_str(), dst.name,
                     shape_str(dst).c_str()));
@@ -122,6 +127,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 
 void CpuBackend::get_rows(const Tensor& w, const Tensor& ids, const Tensor& out) {
     flush();
+    const OpTimer timer(profile_.get(), "get_rows");
     const int64_t T = ids.ne[0];
     const int32_t* id = static_cast<const int32_t*>(ids.data);
     for (int64_t t = 0; t < T; ++t)
@@ -166,6 +172,15 @@ void CpuBackend::run_pending() {
     std::vector<MatmulJob> jobs;
     for (const PendingMatmul& m : group)
         jobs.push_back({m.w.type, m.w.data, m.w.ne[1], static_cast<float*>(m.y.data), int64_t(m.y.nb[1] / 4)});
+    std::string label;
+    double weight_bytes = 0;
+    if (profile_) {  // "matmul T=1 Q4_K x2": the group's types and sizes
+        label = strfmt("matmul %s %s", T == 1 ? "T=1" : "T>1", type_name(group[0].w.type));
+        for (const PendingMatmul& m : group) weight_bytes += double(m.w.nbytes());
+        if (group.size() > 1) label += strfmt(" x%zu", group.size());
+        label += strfmt(" %lldx%lld", (long long)K, (long long)group[0].w.ne[1]);
+    }
+    const OpTimer timer(profile_.get(), label.c_str(), weight_bytes);
     cpu_matmul_group(jobs.data(), jobs.size(), K, static_cast<const float*>(x.data), T, *pool_);
     for (const PendingMatmul& m : group) {
         if (!m.bias) continue;
@@ -179,6 +194,7 @@ void CpuBackend::run_pending() {
 
 void CpuBackend::argmax(const Tensor& logits, const Tensor& ids) {
     flush();
+    const OpTimer timer(profile_.get(), "argmax");
     const int64_t V = logits.ne[0], T = logits.ne[1];
     if (ids.type != GgmlType::I32 || ids.ne[0] < T || logits.type != GgmlType::F32)
         fail(strfmt("argmax: logits %s / ids %s do not fit", shape_str(logits).c_str(), shape_str(ids).c_str()));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/thread_pool.h"
+#include "runtime/cpu/cpu_profile.h"
 #include "runtime/backend.h"
 
 namespace qinfer {
@@ -90,6 +91,7 @@ private:
 
     std::shared_ptr<ThreadPool> pool_;
     std::set<void*> owned_;
+    std::unique_ptr<OpProfile> profile_;  // QINFER_CPU_PROFILE=1
 };
 
 // Row r of a tensor viewed as n_rows() rows of ne[0] elements.

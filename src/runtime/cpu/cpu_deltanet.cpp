@@ -1,7 +1,9 @@
 // Gated DeltaNet pieces (spec/models.md §5.6): the causal depthwise conv with
 // its rolling state, and the gated delta rule evaluated sequentially per token
 // (the definition), parallel over segments and value heads.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "common/error.h"
@@ -14,6 +16,7 @@ namespace qinfer {
 void CpuBackend::conv1d_silu(const Tensor& x, const Tensor& w, const RecurrentState& state, const StepInfo& step,
                              const Tensor& out) {
     flush();
+    const OpTimer timer(profile_.get(), "conv1d_silu");
     const int64_t C = x.ne[0], T = x.ne[1], K = w.ne[0];
     const Tensor& cs = state.conv;
     if (T != step.n_tokens || w.ne[1] != C || cs.ne[0] != C || cs.ne[1] != K - 1 || out.ne[0] != C || out.ne[1] != T)
@@ -21,22 +24,36 @@ void CpuBackend::conv1d_silu(const Tensor& x, const Tensor& w, const RecurrentSt
                     shape_str(cs).c_str(), shape_str(out).c_str()));
     const float* wv = static_cast<const float*>(w.data);
     const int64_t n_seg = int64_t(step.segments.size());
-    // Item (segment, channel): the window of one channel is [state rows; segment tokens].
-    parallel_rows(n_seg * C, double(T * K) / double(n_seg), [&](int64_t i0, int64_t i1) {
-        std::vector<float> win;
+    // Item (segment, block of channels), so the inner loops run over
+    // consecutive channels and a decode step's ~8k channels spread over the
+    // pool. Row j of a segment's window is [state rows; segment tokens][j].
+    constexpr int64_t kBlock = 64;
+    const int64_t n_blocks = (C + kBlock - 1) / kBlock;
+    const double work = double(kBlock * (K + 16)) * double(T) / double(n_seg);  // + silu's exp
+    parallel_rows(n_seg * n_blocks, work, [&](int64_t i0, int64_t i1) {
+        float acc[kBlock];
         for (int64_t i = i0; i < i1; ++i) {
-            const StepInfo::Segment& sg = step.segments[size_t(i / C)];
-            const int64_t c = i % C, n = sg.count;
-            win.resize(size_t(K - 1 + n));
-            for (int64_t r = 0; r < K - 1; ++r) win[size_t(r)] = cs.row<float>(r, sg.slot)[c];
-            for (int64_t t = 0; t < n; ++t) win[size_t(K - 1 + t)] = x.row<float>(sg.first + t)[c];
-            const float* wc = wv + c * K;
+            const StepInfo::Segment& sg = step.segments[size_t(i / n_blocks)];
+            const int64_t c0 = (i % n_blocks) * kBlock, nc = std::min(kBlock, C - c0), n = sg.count;
+            auto window = [&](int64_t j) {
+                return (j < K - 1 ? cs.row<float>(j, sg.slot) : x.row<float>(sg.first + j - (K - 1))) + c0;
+            };
             for (int64_t t = 0; t < n; ++t) {
-                float acc = 0;
-                for (int64_t r = 0; r < K; ++r) acc += wc[r] * win[size_t(t + r)];
-                out.row<float>(sg.first + t)[c] = cpu::silu(acc);
+                for (int64_t c = 0; c < nc; ++c) acc[c] = 0;
+                for (int64_t r = 0; r < K; ++r) {
+                    const float* wr = window(t + r);
+                    for (int64_t c = 0; c < nc; ++c) acc[c] += wv[(c0 + c) * K + r] * wr[c];
+                }
+                float* o = out.row<float>(sg.first + t) + c0;
+                for (int64_t c = 0; c < nc; ++c) o[c] = cpu::silu(acc[c]);
             }
-            for (int64_t r = 0; r < K - 1; ++r) cs.row<float>(r, sg.slot)[c] = win[size_t(n + r)];
+            // The new state is the window's last K-1 rows; ascending order reads
+            // each old state row before it is overwritten.
+            for (int64_t r = 0; r < K - 1; ++r) {
+                const float* src = window(n + r);
+                float* dst = cs.row<float>(r, sg.slot) + c0;
+                if (src != dst) std::memcpy(dst, src, size_t(nc) * sizeof(float));
+            }
         }
     });
 }
@@ -45,6 +62,7 @@ void CpuBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& b, const Tensor& dt_bias, const Tensor& ssm_a,
                                   const RecurrentState& state, const StepInfo& step, const Tensor& out) {
     flush();
+    const OpTimer timer(profile_.get(), "gated_delta_rule");
     const int64_t dk = q.ne[0], Hk = q.ne[1], T = q.ne[2];
     const int64_t dv = v.ne[0], Hv = v.ne[1];
     const Tensor& S = state.S;

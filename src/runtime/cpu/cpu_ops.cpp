@@ -26,6 +26,7 @@ float rms_scale(const float* x, int64_t n, float eps) {
 
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) {
     flush();
+    const OpTimer timer(profile_.get(), "rms_norm");
     check_same_shape("rms_norm", x, y);
     const int64_t n = x.ne[0];
     if (w.ne[0] != n) fail(strfmt("rms_norm: weight %s %s does not match rows of %lld", w.name, shape_str(w).c_str(),
@@ -43,6 +44,7 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Ten
 
 void CpuBackend::l2_norm(const Tensor& x, float eps, const Tensor& y) {
     flush();
+    const OpTimer timer(profile_.get(), "l2_norm");
     check_same_shape("l2_norm", x, y);
     const int64_t n = x.ne[0];
     parallel_rows(x.n_rows(), 3.0 * double(n), [&](int64_t r0, int64_t r1) {
@@ -59,6 +61,7 @@ void CpuBackend::l2_norm(const Tensor& x, float eps, const Tensor& y) {
 
 void CpuBackend::rms_norm_gated(const Tensor& x, const Tensor& w, const Tensor& z, float eps, const Tensor& y) {
     flush();
+    const OpTimer timer(profile_.get(), "rms_norm_gated");
     check_same_shape("rms_norm_gated", x, y);
     check_same_shape("rms_norm_gated", x, z);
     const int64_t n = x.ne[0];
@@ -77,6 +80,7 @@ void CpuBackend::rms_norm_gated(const Tensor& x, const Tensor& w, const Tensor& 
 
 void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
     flush();
+    const OpTimer timer(profile_.get(), "add");
     check_same_shape("add", a, b);
     check_same_shape("add", a, y);
     const int64_t n = a.ne[0];
@@ -92,6 +96,7 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
 
 void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& y) {
     flush();
+    const OpTimer timer(profile_.get(), "swiglu");
     check_same_shape("swiglu", gate, up);
     check_same_shape("swiglu", gate, y);
     const int64_t n = gate.ne[0];
@@ -107,6 +112,7 @@ void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& y) {
 
 void CpuBackend::sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& y) {
     flush();
+    const OpTimer timer(profile_.get(), "sigmoid_mul");
     check_same_shape("sigmoid_mul", x, gate);
     check_same_shape("sigmoid_mul", x, y);
     const int64_t n = x.ne[0];
@@ -122,6 +128,7 @@ void CpuBackend::sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& 
 
 void CpuBackend::rope_neox(const Tensor& x, const StepInfo& step, int n_rot, float base, float freq_scale) {
     flush();
+    const OpTimer timer(profile_.get(), "rope_neox");
     const int64_t T = x.ne[2], n_head = x.ne[1], half = n_rot / 2;
     if (T != step.n_tokens || n_rot > x.ne[0] || n_rot % 2)
         fail(strfmt("rope: %s %s does not fit %d tokens / n_rot %d", x.name, shape_str(x).c_str(), step.n_tokens,
