@@ -20,3 +20,8 @@ for t in 4 8 12 16; do
   QINFER_STEP_TIMES=1 timeout 120 "$Q" bench -m "$f" -p 0 -n 32 -r 2 -t "$t" -ngl 0 -o md 2>&1 \
     | grep -E "tg32|^  decode" | sed "s/^/t=$t /"
 done
+echo "== CPU op profile of decode, 16 threads (QINFER_CPU_PROFILE; includes the warm-up run)"
+for ngl in 0 24; do
+  QINFER_CPU_PROFILE=1 timeout 120 "$Q" bench -m "$f" -p 0 -n 32 -r 1 -t 16 -ngl "$ngl" -o md 2>&1 \
+    | grep -E -A22 "^CPU op profile|tg32" | sed "s/^/ngl=$ngl /"
+done
