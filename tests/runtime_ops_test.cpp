@@ -545,5 +545,63 @@ TEST(RuntimeOps, CpuMatmulsOnOneInputShareARegion) {
     EXPECT_EQ(pool->regions() - r1, 2u);
 }
 
+// Decode-sized single rows are split over the pool (columns of elementwise
+// ops, channel blocks of the conv, slices of the argmax row): the results must
+// not depend on the split, and the argmax must keep the first maximum when
+// equal values sit in different slices.
+TEST(RuntimeOps, CpuDecodeRowsSplitOverThePool) {
+    const int64_t n = 9000, C = 8192, K = 4, V = 250000;
+    std::vector<std::vector<float>> results[2];
+    std::vector<int32_t> picks[2];
+    for (int which = 0; which < 2; ++which) {
+        auto pool = std::make_shared<ThreadPool>(which == 0 ? 1 : 4);
+        auto be = make_cpu_backend(pool);
+        const uint64_t regions = pool->regions();
+        const std::vector<float> gs = random_vec(size_t(n), 80, -6, 6), us = random_vec(size_t(n), 81);
+        Tensor g = upload(*be, gs, {n, 1}), u = upload(*be, us, {n, 1}), y = be->alloc(GgmlType::F32, {n, 1});
+        be->swiglu(g, u, y);
+        results[which].push_back(download(*be, y));
+        be->sigmoid_mul(u, g, y);
+        results[which].push_back(download(*be, y));
+        Tensor x = upload(*be, random_vec(size_t(128 * 32), 82), {128, 32}), z = upload(*be, random_vec(size_t(128 * 32), 83), {128, 32});
+        Tensor yn = be->alloc(GgmlType::F32, {128, 32});
+        be->rms_norm_gated(x, upload(*be, random_vec(128, 84), {128}), z, 1e-6f, yn);
+        results[which].push_back(download(*be, yn));
+        // conv: a prompt of 3 tokens, then two decode steps carrying the state
+        RecurrentState rs{be->alloc(GgmlType::F32, {C, K - 1, 1}), Tensor{}};
+        const Tensor w = upload(*be, random_vec(size_t(K * C), 85), {K, C});
+        for (int32_t pos : {0, 3, 4}) {
+            const int32_t len = pos == 0 ? 3 : 1;
+            StepInfo st = make_step(*be, {{0, len, 0, pos}});
+            Tensor out = be->alloc(GgmlType::F32, {C, len});
+            be->conv1d_silu(upload(*be, random_vec(size_t(C * len), 86 + uint32_t(pos)), {C, len}), w, rs, st, out);
+            results[which].push_back(download(*be, out));
+        }
+        results[which].push_back(download(*be, rs.conv));
+        if (which == 1) {
+            EXPECT_GT(pool->regions() - regions, 4u) << "decode-sized rows ran on one thread";
+        }
+
+        // argmax: row 0 has its maximum twice, in different slices; row 1 in the last slice
+        std::vector<float> lg = random_vec(size_t(V * 2), 87);
+        lg[70001] = 5.f;
+        lg[200000] = 5.f;
+        lg[size_t(V) + 249999] = 7.f;
+        Tensor ids = be->alloc(GgmlType::I32, {2});
+        be->argmax(upload(*be, lg, {V, 2}), ids);
+        picks[which].resize(2);
+        be->read(ids, picks[which].data(), 8);
+    }
+    for (size_t i = 0; i < results[0].size(); ++i) EXPECT_EQ(results[0][i], results[1][i]) << "output " << i;
+    for (int which = 0; which < 2; ++which) {
+        EXPECT_EQ(picks[which][0], 70001) << which;
+        EXPECT_EQ(picks[which][1], 249999) << which;
+    }
+    // and the values themselves against the definitions
+    const std::vector<float> gs = random_vec(size_t(n), 80, -6, 6), us = random_vec(size_t(n), 81);
+    for (int64_t i = 0; i < n; i += 997)
+        EXPECT_NEAR(results[1][0][size_t(i)], silu(gs[size_t(i)]) * us[size_t(i)], 1e-5) << i;
+}
+
 }  // namespace
 }  // namespace qinfer

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "common/error.h"
 #include "gguf/gguf.h"
@@ -199,12 +200,26 @@ void CpuBackend::argmax(const Tensor& logits, const Tensor& ids) {
     if (ids.type != GgmlType::I32 || ids.ne[0] < T || logits.type != GgmlType::F32)
         fail(strfmt("argmax: logits %s / ids %s do not fit", shape_str(logits).c_str(), shape_str(ids).c_str()));
     int32_t* out = static_cast<int32_t*>(ids.data);
-    parallel_rows(T, double(V), [&](int64_t first, int64_t last) {
-        for (int64_t t = first; t < last; ++t) {
-            const float* row = logits.row<float>(t);
-            out[t] = int32_t(std::max_element(row, row + V) - row);  // first maximum: lowest index on ties
+    // Each row in slices, so a decode step's one row of ~250k logits is read by
+    // the whole pool; the slices' maxima are combined in order, so the first
+    // maximum wins (lowest index on ties) as in one pass over the row.
+    constexpr int64_t kSlice = 16384;
+    const int64_t n_slices = (V + kSlice - 1) / kSlice;
+    std::vector<int64_t> best(size_t(T * n_slices));
+    parallel_rows(T * n_slices, 4.0 * double(std::min(V, kSlice)), [&](int64_t first, int64_t last) {
+        for (int64_t i = first; i < last; ++i) {
+            const float* row = logits.row<float>(i / n_slices);
+            const int64_t s0 = (i % n_slices) * kSlice, s1 = std::min(V, s0 + kSlice);
+            best[size_t(i)] = std::max_element(row + s0, row + s1) - row;
         }
     });
+    for (int64_t t = 0; t < T; ++t) {
+        const float* row = logits.row<float>(t);
+        int64_t b = best[size_t(t * n_slices)];
+        for (int64_t s = 1; s < n_slices; ++s)
+            if (row[b] < row[best[size_t(t * n_slices + s)]]) b = best[size_t(t * n_slices + s)];
+        out[t] = int32_t(b);
+    }
 }
 
 }  // namespace qinfer

@@ -76,6 +76,21 @@ public:
         });
     }
 
+    // Elementwise ops: calls fn(row, first, last) over column ranges of n_rows
+    // rows of n elements, so a decode step's single long row (swiglu over ~9k
+    // values) is spread over the pool too. `work` is the cost of one element
+    // in multiply-adds (an exp counts ~16).
+    template <class F> void parallel_cols(int64_t n_rows, int64_t n, double work, F&& fn) {
+        constexpr int64_t kCols = 1024;
+        const int64_t per_row = (n + kCols - 1) / kCols;
+        parallel_rows(n_rows * per_row, work * double(std::min(n, kCols)), [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                const int64_t c0 = (i % per_row) * kCols;
+                fn(i / per_row, c0, std::min(n, c0 + kCols));
+            }
+        });
+    }
+
 private:
     // Runs the held-back matmuls (see the file comment).
     void flush() {
