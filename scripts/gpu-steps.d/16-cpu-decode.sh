@@ -11,7 +11,7 @@ echo "== host"
 lscpu 2>/dev/null | grep -E '^(Model name|Socket|Core|Thread|CPU\(s\)|CPU max MHz|L3|NUMA node\(s\))' || true
 if [ -x "$QB" ]; then
   echo "== matvec kernels (GB/s of weights) and streaming read"
-  timeout 240 "$QB" --benchmark_filter='BM_MemRead|BM_Matvec/type:(12|14)/K:2560/N:9216|BM_MatvecL2/type:1[24]' \
+  timeout 240 "$QB" --benchmark_filter='BM_MemRead|BM_Matvec/type:(12|14)/K:(2560/N:9216|9216/N:2560)|BM_MatvecL2/type:1[24]' \
     --benchmark_min_time=0.2 2>&1 | grep -E "^BM_" | sed -E 's/ +[0-9]+ ns +[0-9]+ ns +[0-9]+//'
 fi
 need_bench_model

@@ -31,10 +31,10 @@ echo
 echo "CUDA speed (targets: qwen35-4b tg128 >= 1000, pp512 >= 22000, ttft4096 <= 175 ms, tg@32k >= 0.9 x tg@512; qwen3-4b tg128 >= 1100, pp512 >= 26000)"
 grep -E "^model|^pp|^tg|^ttft|^QINFER|uploaded" "$OUT/bench-models.txt"
 echo
-echo "== qinfer bench A/B (Qwen3.5-4B Q4_K_M, -ngl all): default, fused norms off, serial delta rule"
+echo "== qinfer bench A/B (Qwen3.5-4B Q4_K_M, -ngl all): default, fused norms off, serial delta rule, no programmatic dependent launch"
 f="$M/qwen35-4b-q4_k_m.gguf"
 if [ -f "$f" ]; then
-  for v in "" "QINFER_CUDA_FUSE_NORM=0" "QINFER_CUDA_GDR=serial"; do
+  for v in "" "QINFER_CUDA_FUSE_NORM=0" "QINFER_CUDA_GDR=serial" "QINFER_CUDA_PDL=0"; do
     env $v timeout 200 "$Q" bench -m "$f" -ngl all -p 512,4096 -n 128 -r 3 -o md 2>/dev/null | grep -E "pp|tg|TTFT" | sed "s/^/${v:-default} /"
   done
 fi

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "runtime/cuda/cuda_common.cuh"
+#include "runtime/cuda/launch.cuh"
 #include "runtime/cuda/kernels.h"
 
 namespace qinfer::cuda {
@@ -36,6 +37,7 @@ __global__ void __launch_bounds__(CONV_THREADS)
     conv1d_silu_kernel(const float* __restrict__ x, int64_t ldx, const float* __restrict__ w, int64_t C,
                        float* __restrict__ state, const Segment* __restrict__ seg, float* __restrict__ out,
                        int64_t ldo) {
+    pdl_enter();
     static_assert(K - 1 <= CONV_TT, "the state is read by tile 0 only");
     const int64_t c = int64_t(blockIdx.x) * CONV_THREADS + threadIdx.x;
     if (c >= C) return;
@@ -94,6 +96,7 @@ constexpr int GDR_ROWS = 4;  // value rows per warp
 template <int KPL>
 __global__ void __launch_bounds__(GDR_WARPS * WARP)
     gdr_seq_kernel(DeltaArgs p, const Segment* __restrict__ seg, int max_count) {
+    pdl_enter();
     const int j = blockIdx.y;
     const Segment sg = seg[blockIdx.z];
     if (sg.count > max_count) return;
@@ -244,6 +247,7 @@ struct ChunkSmem {
 // Segments shorter than min_count are left to the serial kernel.
 template <int DK>
 __global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Segment* __restrict__ seg, int min_count) {
+    pdl_enter();
     constexpr int KQ = DK / 4;              // float4 per key row
     constexpr int LDQ = CT * KQ / CNT;      // float4 of k (and of q) each thread stages per chunk
     constexpr int LDV = CT * CV / CNT;      // v elements each thread stages per chunk
@@ -493,7 +497,7 @@ void launch_chunked(const DeltaArgs& a, const Segment* seg, int n_seg, int min_c
         if (dev < kMaxDevices) raised[dev].store(true);
     }
     const dim3 grid(static_cast<unsigned>(a.dv / CV), static_cast<unsigned>(a.Hv), static_cast<unsigned>(n_seg));
-    gdr_chunk_kernel<DK><<<grid, CNT, bytes, s>>>(a, seg, min_count);
+    launch("gdr_chunk_kernel", gdr_chunk_kernel<DK>, dim3(grid), dim3(CNT), bytes, s, a, seg, min_count);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -534,11 +538,11 @@ void conv1d_silu(const float* x, int64_t ldx, const float* w, int K, int64_t C, 
     const dim3 grid(static_cast<unsigned>(ceil_div(C, CONV_THREADS)),
                     static_cast<unsigned>(std::max(1, ceil_div(max_seg_len, CONV_TT))), static_cast<unsigned>(n_seg));
     switch (K) {
-        case 2: conv1d_silu_kernel<2><<<grid, CONV_THREADS, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
-        case 3: conv1d_silu_kernel<3><<<grid, CONV_THREADS, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
-        case 4: conv1d_silu_kernel<4><<<grid, CONV_THREADS, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
-        case 5: conv1d_silu_kernel<5><<<grid, CONV_THREADS, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
-        case 6: conv1d_silu_kernel<6><<<grid, CONV_THREADS, 0, s>>>(x, ldx, w, C, state, seg, out, ldo); break;
+        case 2: launch("conv1d_silu_kernel", conv1d_silu_kernel<2>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w, C, state, seg, out, ldo); break;
+        case 3: launch("conv1d_silu_kernel", conv1d_silu_kernel<3>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w, C, state, seg, out, ldo); break;
+        case 4: launch("conv1d_silu_kernel", conv1d_silu_kernel<4>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w, C, state, seg, out, ldo); break;
+        case 5: launch("conv1d_silu_kernel", conv1d_silu_kernel<5>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w, C, state, seg, out, ldo); break;
+        case 6: launch("conv1d_silu_kernel", conv1d_silu_kernel<6>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w, C, state, seg, out, ldo); break;
         default: fail(strfmt("CUDA conv1d: kernel size %d not supported (2..6)", K));
     }
     QINFER_CUDA_LAUNCHED("conv1d_silu");
@@ -573,10 +577,10 @@ void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max
     const dim3 grid(static_cast<unsigned>(ceil_div(a.dv, rows_per_block)), static_cast<unsigned>(a.Hv),
                     static_cast<unsigned>(n_seg));
     switch (a.dk) {
-        case 32: gdr_seq_kernel<1><<<grid, GDR_WARPS * WARP, 0, s>>>(a, seg, serial_max); break;
-        case 64: gdr_seq_kernel<2><<<grid, GDR_WARPS * WARP, 0, s>>>(a, seg, serial_max); break;
-        case 128: gdr_seq_kernel<4><<<grid, GDR_WARPS * WARP, 0, s>>>(a, seg, serial_max); break;
-        case 256: gdr_seq_kernel<8><<<grid, GDR_WARPS * WARP, 0, s>>>(a, seg, serial_max); break;
+        case 32: launch("gdr_seq_kernel", gdr_seq_kernel<1>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg, serial_max); break;
+        case 64: launch("gdr_seq_kernel", gdr_seq_kernel<2>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg, serial_max); break;
+        case 128: launch("gdr_seq_kernel", gdr_seq_kernel<4>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg, serial_max); break;
+        case 256: launch("gdr_seq_kernel", gdr_seq_kernel<8>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg, serial_max); break;
         default: fail(strfmt("CUDA delta rule: key head dim %d not supported (32, 64, 128, 256)", a.dk));
     }
     QINFER_CUDA_LAUNCHED("gated_delta_rule");

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "runtime/cuda/act_quant.cuh"
 #include "runtime/cuda/cuda_common.cuh"
+#include "runtime/cuda/launch.cuh"
 #include "runtime/cuda/kernels.h"
 
 namespace qinfer::cuda {
@@ -22,6 +23,7 @@ using NormKind = NormOp;
 
 template <NormKind KIND, bool WARP_PER_ROW>
 __global__ void norm_kernel(Rows x, Rows z, const float* __restrict__ w, float eps, Rows y, int64_t rows) {
+    pdl_enter();
     __shared__ float red[32];
     int64_t r;
     int tid, width;
@@ -141,6 +143,7 @@ __device__ __forceinline__ void rope_cs(int32_t pos, int i, int n_rot, double ba
 // (Blocks are at most 256 threads with ROPE: its double angles need registers.)
 template <NormKind KIND, bool VEC, int QK, bool ROPE = false>
 __global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNormArgs a) {
+    pdl_enter();
     __shared__ float red[32];
     const int tpr = a.tpr;
     const int rib = threadIdx.x / tpr, tid = threadIdx.x % tpr, lane = threadIdx.x % WARP;
@@ -262,8 +265,8 @@ void launch_reg_norm(const NormJob& j0, const NormJob* j1, int64_t m, const ActO
     const int rpb = a.tpr >= 256 ? 1 : 256 / a.tpr;
     const bool vec = job_vec_ok(j0) && (!j1 || job_vec_ok(*j1));
     const unsigned grid = unsigned(ceil_div(a.rows, rpb));
-    if (vec) reg_norm_kernel<KIND, true, QK, ROPE><<<grid, a.tpr * rpb, 0, s>>>(a);
-    else reg_norm_kernel<KIND, false, QK, ROPE><<<grid, a.tpr * rpb, 0, s>>>(a);
+    if (vec) launch("reg_norm_kernel", reg_norm_kernel<KIND, true, QK, ROPE>, dim3(grid), dim3(a.tpr * rpb), 0, s, a);
+    else launch("reg_norm_kernel", reg_norm_kernel<KIND, false, QK, ROPE>, dim3(grid), dim3(a.tpr * rpb), 0, s, a);
 }
 
 template <int QK>
@@ -296,9 +299,9 @@ void launch_norm(Rows x, Rows z, const float* w, float eps, Rows y, cudaStream_t
         launch_reg_norm<KIND, 0>(j, nullptr, 1, ActOutPtrs{}, s);
     } else if (x.n <= 512) {
         const int warps = 8;
-        norm_kernel<KIND, true><<<ceil_div(rows, warps), warps * WARP, 0, s>>>(x, z, w, eps, y, rows);
+        launch("norm_kernel", norm_kernel<KIND, true>, dim3(ceil_div(rows, warps)), dim3(warps * WARP), 0, s, x, z, w, eps, y, rows);
     } else {
-        norm_kernel<KIND, false><<<unsigned(rows), 256, 0, s>>>(x, z, w, eps, y, rows);
+        launch("norm_kernel", norm_kernel<KIND, false>, dim3(unsigned(rows)), dim3(256), 0, s, x, z, w, eps, y, rows);
     }
     QINFER_CUDA_LAUNCHED(name);
 }
@@ -307,6 +310,7 @@ enum class Ew { Add, Swiglu, SigmoidMul, Copy };
 
 template <Ew OP>
 __global__ void ew_kernel(Rows a, Rows b, Rows y, int64_t rows) {
+    pdl_enter();
     const int64_t n = a.n;
     const int64_t r = blockIdx.y + int64_t(blockIdx.z) * gridDim.y;
     if (r >= rows) return;
@@ -330,7 +334,7 @@ void launch_ew(Rows a, Rows b, Rows y, cudaStream_t s, const char* name) {
     const int bx = ceil_div(a.n, threads) < 32 ? ceil_div(a.n, threads) : 32;
     const int64_t gy = rows < 65535 ? rows : 65535;
     const dim3 grid(static_cast<unsigned>(bx), unsigned(gy), unsigned(ceil_div(rows, gy)));
-    ew_kernel<OP><<<grid, threads, 0, s>>>(a, b, y, rows);
+    launch("ew_kernel", ew_kernel<OP>, dim3(grid), dim3(threads), 0, s, a, b, y, rows);
     QINFER_CUDA_LAUNCHED(name);
 }
 
@@ -341,6 +345,7 @@ void launch_ew(Rows a, Rows b, Rows y, cudaStream_t s, const char* name) {
 // op writes them, with the same expression, so the quants are bit-identical.
 template <Ew OP, int QK>
 __global__ void gate_quant_kernel(Rows a, Rows b, Rows y, int64_t K, int64_t T, ActOutPtrs q) {
+    pdl_enter();
     const int lane = threadIdx.x % WARP;
     const int64_t spans = (K + 255) / 256;
     const int64_t wi = int64_t(blockIdx.x) * (blockDim.x / WARP) + threadIdx.x / WARP;
@@ -373,6 +378,7 @@ void check_rows(const char* op, const Rows& a, const Rows& b) {
 // RoPE: one block per token; the block computes cos/sin per pair once (angles
 // in double, as the CPU backend does) and applies them to every head.
 __global__ void rope_kernel(Rows x, const int32_t* __restrict__ pos, int n_rot, double base, double freq_scale) {
+    pdl_enter();
     extern __shared__ float cs[];  // [n_rot/2][2]
     const int half = n_rot / 2;
     const int64_t t = blockIdx.x;
@@ -558,13 +564,13 @@ void gate_quantize(Gate op, Rows a, Rows b, Rows y, const ActDest& q, cudaStream
     const int warps = 8;
     const unsigned grid = unsigned(ceil_div(q.T * ((q.K + 255) / 256), warps));
     if (op == Gate::Swiglu) {
-        if (qk == 1) gate_quant_kernel<Ew::Swiglu, 1><<<grid, warps * WARP, 0, s>>>(a, b, y, q.K, q.T, o);
-        else if (qk == 2) gate_quant_kernel<Ew::Swiglu, 2><<<grid, warps * WARP, 0, s>>>(a, b, y, q.K, q.T, o);
-        else gate_quant_kernel<Ew::Swiglu, 3><<<grid, warps * WARP, 0, s>>>(a, b, y, q.K, q.T, o);
+        if (qk == 1) launch("gate_quant_kernel", gate_quant_kernel<Ew::Swiglu, 1>, dim3(grid), dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
+        else if (qk == 2) launch("gate_quant_kernel", gate_quant_kernel<Ew::Swiglu, 2>, dim3(grid), dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
+        else launch("gate_quant_kernel", gate_quant_kernel<Ew::Swiglu, 3>, dim3(grid), dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
     } else {
-        if (qk == 1) gate_quant_kernel<Ew::SigmoidMul, 1><<<grid, warps * WARP, 0, s>>>(a, b, y, q.K, q.T, o);
-        else if (qk == 2) gate_quant_kernel<Ew::SigmoidMul, 2><<<grid, warps * WARP, 0, s>>>(a, b, y, q.K, q.T, o);
-        else gate_quant_kernel<Ew::SigmoidMul, 3><<<grid, warps * WARP, 0, s>>>(a, b, y, q.K, q.T, o);
+        if (qk == 1) launch("gate_quant_kernel", gate_quant_kernel<Ew::SigmoidMul, 1>, dim3(grid), dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
+        else if (qk == 2) launch("gate_quant_kernel", gate_quant_kernel<Ew::SigmoidMul, 2>, dim3(grid), dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
+        else launch("gate_quant_kernel", gate_quant_kernel<Ew::SigmoidMul, 3>, dim3(grid), dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
     }
     QINFER_CUDA_LAUNCHED("gate_quantize");
 }
@@ -572,7 +578,7 @@ void gate_quantize(Gate op, Rows a, Rows b, Rows y, const ActDest& q, cudaStream
 void rope_neox(Rows x, const int32_t* pos, int n_rot, float base, float freq_scale, cudaStream_t s) {
     if (x.n2 == 0 || n_rot == 0) return;
     if (n_rot % 2 || n_rot > x.n) fail(strfmt("CUDA rope: n_rot %d does not fit rows of %lld", n_rot, (long long)x.n));
-    rope_kernel<<<unsigned(x.n2), 128, size_t(n_rot) * sizeof(float), s>>>(x, pos, n_rot, double(base),
+    launch("rope_kernel", rope_kernel, dim3(unsigned(x.n2)), dim3(128), size_t(n_rot) * sizeof(float), s, x, pos, n_rot, double(base),
                                                                             double(freq_scale));
     QINFER_CUDA_LAUNCHED("rope_neox");
 }

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "runtime/cuda/act_quant.cuh"
 #include "runtime/cuda/cuda_common.cuh"
+#include "runtime/cuda/launch.cuh"
 #include "runtime/cuda/kernels.h"
 
 namespace qinfer::cuda {
@@ -69,6 +70,7 @@ namespace {
 template <bool WITH_SUM>
 __global__ void quantize_q8_0_kernel(const float* __restrict__ x, int64_t ldx, int64_t K, int64_t n_blocks,
                                      int8_t* qs, float* d_out, float* s_out, int16_t* bsum) {
+    pdl_enter();
     const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / WARP) + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP;
     if (blk >= n_blocks) return;
@@ -99,6 +101,7 @@ __global__ void quantize_q8_0_kernel(const float* __restrict__ x, int64_t ldx, i
 // (the layout of act_quant.cuh, which the fused producers in ops.cu share).
 __global__ void quantize_q8_K_kernel(const float* __restrict__ x, int64_t ldx, int64_t K, int64_t n_blocks,
                                      int8_t* qs, float* d_out, int16_t* bsum) {
+    pdl_enter();
     const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / WARP) + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP;
     if (blk >= n_blocks) return;
@@ -113,6 +116,7 @@ __global__ void quantize_q8_K_kernel(const float* __restrict__ x, int64_t ldx, i
 
 __global__ void to_half_kernel(const float* __restrict__ x, int64_t ldx, int64_t K, int64_t n, bool bf16,
                                uint16_t* out) {
+    pdl_enter();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const int64_t t = i / K, k = i % K;
@@ -137,13 +141,13 @@ void quantize_act(ActKind k, const float* x, int64_t ldx, int64_t K, int64_t T, 
     const int warps = 8;
     if (k == ActKind::Q8_K) {
         const int64_t nb = T * (K / 256);
-        quantize_q8_K_kernel<<<ceil_div(nb, warps), warps * WARP, 0, s>>>(x, ldx, K, nb, qs, d, bsum);
+        launch("quantize_q8_K_kernel", quantize_q8_K_kernel, dim3(ceil_div(nb, warps)), dim3(warps * WARP), 0, s, x, ldx, K, nb, qs, d, bsum);
     } else {
         const int64_t nb = T * (K / 32);
         if (k == ActKind::Q8_1)
-            quantize_q8_0_kernel<true><<<ceil_div(nb, warps), warps * WARP, 0, s>>>(x, ldx, K, nb, qs, d, sm, bsum);
+            launch("quantize_q8_0_kernel", quantize_q8_0_kernel<true>, dim3(ceil_div(nb, warps)), dim3(warps * WARP), 0, s, x, ldx, K, nb, qs, d, sm, bsum);
         else
-            quantize_q8_0_kernel<false><<<ceil_div(nb, warps), warps * WARP, 0, s>>>(x, ldx, K, nb, qs, d, sm, bsum);
+            launch("quantize_q8_0_kernel", quantize_q8_0_kernel<false>, dim3(ceil_div(nb, warps)), dim3(warps * WARP), 0, s, x, ldx, K, nb, qs, d, sm, bsum);
     }
     QINFER_CUDA_LAUNCHED("quantize_act");
 }
@@ -151,7 +155,7 @@ void quantize_act(ActKind k, const float* x, int64_t ldx, int64_t K, int64_t T, 
 void convert_rows(const float* x, int64_t ldx, int64_t K, int64_t T, GgmlType to, void* out, cudaStream_t s) {
     const int64_t n = K * T;
     if (n == 0) return;
-    to_half_kernel<<<ceil_div(n, 256), 256, 0, s>>>(x, ldx, K, n, to == GgmlType::BF16, static_cast<uint16_t*>(out));
+    launch("to_half_kernel", to_half_kernel, dim3(ceil_div(n, 256)), dim3(256), 0, s, x, ldx, K, n, to == GgmlType::BF16, static_cast<uint16_t*>(out));
     QINFER_CUDA_LAUNCHED("convert_rows");
 }
 

@@ -1,0 +1,77 @@
+// Kernel launches with programmatic dependent launch (PDL, sm_90+).
+//
+// A decode step is ~350 small kernels in a row; between two of them the GPU
+// drains the first grid, makes its writes visible, then launches and ramps up
+// the second. With PDL the next kernel's blocks are scheduled while the
+// previous one finishes and wait on the device (griddepcontrol.wait) until its
+// results are visible, so the launch and ramp overlap the tail.
+//
+// The contract for a kernel started with launch(): it calls pdl_wait() before
+// it reads anything an earlier kernel wrote or writes anything an earlier
+// kernel may still read. Before the wait it may only read what no kernel
+// writes (weights). Kernels started with <<<>>> are fully ordered as before,
+// so kernels can move to launch() one at a time.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "runtime/cuda/cuda_check.h"
+
+namespace qinfer::cuda {
+
+// Waits until the kernels before this one in the stream have finished and
+// their writes are visible (a no-op when launched without PDL or below sm_90).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel in the stream be scheduled once every block of this one
+// has called it (or exited); it still waits for this one's results in pdl_wait().
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Both, at the top of a kernel with nothing to do before its inputs are ready.
+__device__ __forceinline__ void pdl_enter() {
+    pdl_launch_dependents();
+    pdl_wait();
+}
+
+// Whether launch() asks for PDL: the device is sm_90 or newer, the kernels were
+// compiled for it (not JIT-compiled from the sm_80 PTX, which has no waits),
+// and QINFER_CUDA_PDL is not 0. Decided once per process.
+bool pdl_enabled();
+
+// kernel<<<grid, block, smem, s>>>(args...), with PDL when pdl_enabled().
+template <class... KArgs, class... Args>
+void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+            Args&&... args) {
+    static_assert(sizeof...(KArgs) == sizeof...(Args), "launch: argument count");
+    std::tuple<std::remove_cv_t<std::remove_reference_t<KArgs>>...> values(std::forward<Args>(args)...);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = pdl_enabled() ? attr : nullptr;
+    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    const cudaError_t e = std::apply(
+        [&](auto&... v) {
+            void* ptrs[] = {static_cast<void*>(&v)...};
+            return cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(kernel), ptrs);
+        },
+        values);
+    if (e != cudaSuccess) throw_cuda(e, name, __FILE__, __LINE__);
+}
+
+}  // namespace qinfer::cuda
