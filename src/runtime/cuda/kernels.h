@@ -71,6 +71,13 @@ struct MatvecJob {
 constexpr int kMaxMatvecJobs = 4;
 void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s);
 bool matvec_multi_supports(GgmlType t);
+// Which kernel computes one-token quantized products (matmul_vec, matmul_vec_multi
+// with T = 1): 3 (default) persistent warps of several rows each; 2 one warp
+// per row (the previous default); 1 as 2 with the plain Q4_K loop. All give
+// bit-identical results. QINFER_CUDA_MATVEC=v1 / v2 picks an older one (A/B
+// measurements); set_matvec_variant(v) overrides that (0: the environment's).
+int matvec_variant();
+void set_matvec_variant(int v);
 
 // Same product for many tokens on the tensor cores (int8 mma for quantized
 // weights, from the same quantized activations). Falls back to matmul_vec for
@@ -201,6 +208,8 @@ void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max
 // ---- sampling
 // ids[t] = argmax of row t (lowest index wins ties). logits rows of n, stride ld.
 void argmax_rows(const float* logits, int64_t ld, int64_t n, int64_t T, int32_t* ids, cudaStream_t s);
+// Caps the blocks argmax_rows spreads one row over (tests: 1 forces one block per row; 0: no cap).
+void set_argmax_cluster(int cs);
 
 // ---- profiling
 // Holds the stream until the host writes a value >= `value` into `flag`

@@ -332,6 +332,196 @@ template <> struct QDot<GgmlType::Q6_K> {
     }
 };
 
+// ---- The same unit products split in two, for the multi-row decode kernel
+// (matvec.cu, one token): load() reads the unit's weight bytes (the DRAM
+// traffic) into registers, a few units ahead of their use; dot() then reads
+// the activations (cache hits: every row uses the same ones) and does QDot's
+// arithmetic for token 0 term for term, so a row sums to the same bits as in
+// the one-row-per-warp kernels. jb: block of the unit within its row, ub: the
+// unit within its block.
+template <GgmlType T> struct QUnit;
+
+template <> struct QUnit<GgmlType::Q4_0> {
+    static constexpr int UPB = 1;
+    int4 q;
+    uint32_t dh;
+    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int) {
+        q = ld16(w.base + 16 * blk);
+        dh = __ldg(reinterpret_cast<const uint16_t*>(w.d) + blk);
+    }
+    __device__ __forceinline__ void dot(int jb, int, const ActQ& A, float& acc) const {
+        const float dw = h2f(uint16_t(dh));
+        const int4 lo = and4(q, 0x0F0F0F0F), hi = and4(shr4(q, 4), 0x0F0F0F0F);
+        const int8_t* aq = A.qs + 32 * jb;
+        int s = dot16(lo, ld16(aq), 0);
+        s = dot16(hi, ld16(aq + 16), s);
+        s -= 8 * (__ldg(A.bsum + 2 * jb) + __ldg(A.bsum + 2 * jb + 1));
+        acc += float(s) * (dw * __ldg(A.d + jb));
+    }
+};
+
+template <> struct QUnit<GgmlType::Q4_1> {
+    static constexpr int UPB = 1;
+    int4 q;
+    uint32_t dm;
+    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int) {
+        q = ld16(w.base + 16 * blk);
+        dm = __ldg(reinterpret_cast<const uint32_t*>(w.d) + blk);
+    }
+    __device__ __forceinline__ void dot(int jb, int, const ActQ& A, float& acc) const {
+        const float dw = h2f(uint16_t(dm & 0xFFFF)), mw = h2f(uint16_t(dm >> 16));
+        const int4 lo = and4(q, 0x0F0F0F0F), hi = and4(shr4(q, 4), 0x0F0F0F0F);
+        const int8_t* aq = A.qs + 32 * jb;
+        int s = dot16(lo, ld16(aq), 0);
+        s = dot16(hi, ld16(aq + 16), s);
+        acc += float(s) * (dw * __ldg(A.d + jb)) + mw * __ldg(A.s + jb);
+    }
+};
+
+template <> struct QUnit<GgmlType::Q5_0> {
+    static constexpr int UPB = 1;
+    int4 q;
+    uint32_t qh, dh;
+    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int) {
+        q = ld16(w.base + 16 * blk);
+        qh = __ldg(reinterpret_cast<const uint32_t*>(w.qh) + blk);
+        dh = __ldg(reinterpret_cast<const uint16_t*>(w.d) + blk);
+    }
+    __device__ __forceinline__ void dot(int jb, int, const ActQ& A, float& acc) const {
+        int4 lo, hi;
+        q5_unpack(q, qh, lo, hi);
+        const float dw = h2f(uint16_t(dh));
+        const int8_t* aq = A.qs + 32 * jb;
+        int s = dot16(lo, ld16(aq), 0);
+        s = dot16(hi, ld16(aq + 16), s);
+        s -= 16 * (__ldg(A.bsum + 2 * jb) + __ldg(A.bsum + 2 * jb + 1));
+        acc += float(s) * (dw * __ldg(A.d + jb));
+    }
+};
+
+template <> struct QUnit<GgmlType::Q5_1> {
+    static constexpr int UPB = 1;
+    int4 q;
+    uint32_t qh, dm;
+    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int) {
+        q = ld16(w.base + 16 * blk);
+        qh = __ldg(reinterpret_cast<const uint32_t*>(w.qh) + blk);
+        dm = __ldg(reinterpret_cast<const uint32_t*>(w.d) + blk);
+    }
+    __device__ __forceinline__ void dot(int jb, int, const ActQ& A, float& acc) const {
+        int4 lo, hi;
+        q5_unpack(q, qh, lo, hi);
+        const float dw = h2f(uint16_t(dm & 0xFFFF)), mw = h2f(uint16_t(dm >> 16));
+        const int8_t* aq = A.qs + 32 * jb;
+        int s = dot16(lo, ld16(aq), 0);
+        s = dot16(hi, ld16(aq + 16), s);
+        acc += float(s) * (dw * __ldg(A.d + jb)) + mw * __ldg(A.s + jb);
+    }
+};
+
+template <> struct QUnit<GgmlType::Q8_0> {
+    static constexpr int UPB = 1;
+    int4 q0, q1;
+    uint32_t dh;
+    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int) {
+        q0 = ld16(w.base + 32 * blk);
+        q1 = ld16(w.base + 32 * blk + 16);
+        dh = __ldg(reinterpret_cast<const uint16_t*>(w.d) + blk);
+    }
+    __device__ __forceinline__ void dot(int jb, int, const ActQ& A, float& acc) const {
+        const float dw = h2f(uint16_t(dh));
+        const int8_t* aq = A.qs + 32 * jb;
+        int s = dot16(q0, ld16(aq), 0);
+        s = dot16(q1, ld16(aq + 16), s);
+        acc += float(s) * (dw * __ldg(A.d + jb));
+    }
+};
+
+template <> struct QUnit<GgmlType::Q4_K> {
+    static constexpr int UPB = 8;
+    int4 hd, q;
+    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int ub) {
+        const uint8_t* b = w.base + 144 * blk;
+        hd = ld16(b);
+        q = ld16(b + 16 + 16 * ub);  // group ub / 2, half ub % 2
+    }
+    __device__ __forceinline__ void dot(int jb, int ub, const ActQ& A, float& acc) const {
+        const int g = ub >> 1, c = ub & 1;
+        int sc0, m0, sc1, m1;
+        scale_min_k4_sel(2 * g, hd.y, hd.z, hd.w, sc0, m0);
+        scale_min_k4_sel(2 * g + 1, hd.y, hd.z, hd.w, sc1, m1);
+        const float dw = h2f(uint16_t(hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(hd.x) >> 16));
+        const int4 lo = and4(q, 0x0F0F0F0F), hi = and4(shr4(q, 4), 0x0F0F0F0F);
+        const int e = 256 * jb + 64 * g + 16 * c;
+        const int s0 = dot16(lo, ld16(A.qs + e), 0);
+        const int s1 = dot16(hi, ld16(A.qs + e + 32), 0);
+        const int mins = m0 * __ldg(A.bsum + e / 16) + m1 * __ldg(A.bsum + e / 16 + 2);
+        const float da = __ldg(A.d + jb);
+        acc += da * (dw * float(sc0 * s0 + sc1 * s1) - dmin * float(mins));
+    }
+};
+
+template <> struct QUnit<GgmlType::Q5_K> {
+    static constexpr int UPB = 8;
+    int4 hd, qh, q;
+    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int ub) {
+        const uint8_t* b = w.base + 176 * blk;
+        hd = ld16(b);
+        qh = ld16(b + 16 + 16 * (ub & 1));
+        q = ld16(b + 48 + 16 * ub);
+    }
+    __device__ __forceinline__ void dot(int jb, int ub, const ActQ& A, float& acc) const {
+        const int g = ub >> 1, c = ub & 1;
+        int sc0, m0, sc1, m1;
+        scale_min_k4_sel(2 * g, hd.y, hd.z, hd.w, sc0, m0);
+        scale_min_k4_sel(2 * g + 1, hd.y, hd.z, hd.w, sc1, m1);
+        const float dw = h2f(uint16_t(hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(hd.x) >> 16));
+        const int4 bl = and4(shr4(qh, 2 * g), 0x01010101), bh = and4(shr4(qh, 2 * g + 1), 0x01010101);
+        const int4 l = or4(and4(q, 0x0F0F0F0F), make_int4(bl.x << 4, bl.y << 4, bl.z << 4, bl.w << 4));
+        const int4 h = or4(and4(shr4(q, 4), 0x0F0F0F0F), make_int4(bh.x << 4, bh.y << 4, bh.z << 4, bh.w << 4));
+        const int e = 256 * jb + 64 * g + 16 * c;
+        const int s0 = dot16(l, ld16(A.qs + e), 0);
+        const int s1 = dot16(h, ld16(A.qs + e + 32), 0);
+        const int mins = m0 * __ldg(A.bsum + e / 16) + m1 * __ldg(A.bsum + e / 16 + 2);
+        const float da = __ldg(A.d + jb);
+        acc += da * (dw * float(sc0 * s0 + sc1 * s1) - dmin * float(mins));
+    }
+};
+
+template <> struct QUnit<GgmlType::Q6_K> {
+    static constexpr int UPB = 4;
+    int4 qa, qb, qh, scv;
+    uint32_t dh;
+    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int ub) {
+        const uint8_t* b = w.base + 208 * blk;
+        const int n = ub >> 1, l0 = 16 * (ub & 1);
+        qa = ld16(b + 64 * n + l0);
+        qb = ld16(b + 64 * n + 32 + l0);
+        qh = ld16(b + 128 + 32 * n + l0);
+        scv = ld16(b + 192);
+        dh = __ldg(reinterpret_cast<const uint16_t*>(w.d) + blk);
+    }
+    __device__ __forceinline__ void dot(int jb, int ub, const ActQ& A, float& acc) const {
+        const int n = ub >> 1, l0 = 16 * (ub & 1);
+        const float dw = h2f(uint16_t(dh));
+        const int4 q1 = or4(and4(qa, 0x0F0F0F0F), and4(make_int4(qh.x << 4, qh.y << 4, qh.z << 4, qh.w << 4), 0x30303030));
+        const int4 q2 = or4(and4(qb, 0x0F0F0F0F), and4(make_int4(qh.x << 2, qh.y << 2, qh.z << 2, qh.w << 2), 0x30303030));
+        const int4 q3 = or4(and4(shr4(qa, 4), 0x0F0F0F0F), and4(qh, 0x30303030));
+        const int4 q4 = or4(and4(shr4(qb, 4), 0x0F0F0F0F), and4(shr4(qh, 2), 0x30303030));
+        const int is = 8 * n + (l0 >> 4);
+        const int sc1 = sbyte16(scv, is), sc2 = sbyte16(scv, is + 2), sc3 = sbyte16(scv, is + 4),
+                  sc4 = sbyte16(scv, is + 6);
+        const int e = 256 * jb + 128 * n + l0;
+        const int8_t* aq = A.qs + e;
+        const int16_t* bs = A.bsum + e / 16;
+        const int s_1 = dot16(q1, ld16(aq), 0) - 32 * __ldg(bs);
+        const int s_2 = dot16(q2, ld16(aq + 32), 0) - 32 * __ldg(bs + 2);
+        const int s_3 = dot16(q3, ld16(aq + 64), 0) - 32 * __ldg(bs + 4);
+        const int s_4 = dot16(q4, ld16(aq + 96), 0) - 32 * __ldg(bs + 6);
+        acc += __ldg(A.d + jb) * (dw * float(sc1 * s_1 + sc2 * s_2 + sc3 * s_3 + sc4 * s_4));
+    }
+};
+
 // ---- Dequantization of one element group (get_rows, f16 dequant): element i of block blk.
 template <GgmlType T> __device__ float dequant_elem(const WArgs& w, int64_t blk, int i);
 

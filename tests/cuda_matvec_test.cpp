@@ -1,0 +1,541 @@
+// One-token (decode) matrix-vector kernels: the persistent multi-row kernel
+// (matvec variant 3, the default) against the one-row-per-warp kernels it
+// replaced (variants 2 and 1), which must give the same bits, and against the
+// CPU backend's product (cpu_matmul) within float rounding. Weights are random
+// blocks of every type the one-token path takes (random quant bytes, sane
+// scales) at odd and model sizes; outputs are NaN-poisoned before each run so
+// every row must be written. Multi-job launches cover mixed types, empty jobs,
+// bias and the residual epilogue. A timing test prints GB/s of the new and the
+// previous kernel on model-shaped products (numbers only, it asserts nothing
+// about speed). Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/fp16.h"
+#include "common/thread_pool.h"
+#include "quant/blocks.h"
+#include "quant/cpu_matmul.h"
+#include "quant/quant.h"
+#include "runtime/backend.h"
+
+#ifdef QINFER_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "runtime/cuda/kernels.h"
+#include "runtime/cuda/layout.h"
+#endif
+
+namespace qinfer {
+namespace {
+
+#ifdef QINFER_HAVE_CUDA
+
+#define REQUIRE_GPU() \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+#define CU(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+struct Rng {  // splitmix64: fast enough for half a gigabyte of weights
+    uint64_t s;
+    explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+    uint64_t next() {
+        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    float uniform() { return float(next() >> 40) * (1.f / 16777216.f); }  // [0, 1)
+    float normal() {  // sum of uniforms: plenty for test data
+        float a = 0;
+        for (int i = 0; i < 4; ++i) a += uniform();
+        return (a - 2.f) * 1.7320508f;
+    }
+};
+
+void put_f16(uint8_t* p, float v) {
+    const uint16_t h = fp32_to_fp16(v);
+    std::memcpy(p, &h, 2);
+}
+
+// n blocks of type t in the GGUF layout: every quant byte random, the f16
+// scales small and random (some negative where the format allows, a few zero).
+std::vector<uint8_t> random_blocks(GgmlType t, int64_t nb, uint64_t seed) {
+    const size_t bs = traits(t).type_size;
+    std::vector<uint8_t> v(size_t(nb) * bs);
+    Rng r(seed);
+    for (size_t i = 0; i + 8 <= v.size(); i += 8) {
+        const uint64_t x = r.next();
+        std::memcpy(&v[i], &x, 8);
+    }
+    for (size_t i = v.size() / 8 * 8; i < v.size(); ++i) v[i] = uint8_t(r.next());
+    auto scale = [&](float lo, float hi, bool sign) {
+        const int64_t pick = int64_t(r.next() % 64);
+        if (pick == 0) return 0.f;
+        const float m = lo + (hi - lo) * r.uniform();
+        return sign && (r.next() & 1) ? -m : m;
+    };
+    for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* p = &v[size_t(b) * bs];
+        switch (t) {
+            case GgmlType::Q8_0:  // -128 is no quantizer's output (and saturates SIMD int16 products)
+                for (size_t k = 0; k < sizeof(block_q8_0::qs); ++k) {
+                    uint8_t& q = p[offsetof(block_q8_0, qs) + k];
+                    if (q == 0x80) q = 0x81;
+                }
+                put_f16(p + offsetof(block_q8_0, d), scale(0.004f, 0.03f, true));
+                break;
+            case GgmlType::Q4_0: case GgmlType::Q5_0:
+                put_f16(p + offsetof(block_q4_0, d), scale(0.004f, 0.03f, true));
+                break;
+            case GgmlType::Q4_1: case GgmlType::Q5_1:
+                put_f16(p + offsetof(block_q4_1, d), scale(0.004f, 0.03f, false));
+                put_f16(p + offsetof(block_q4_1, m), scale(0.004f, 0.2f, true));
+                break;
+            case GgmlType::Q4_K: case GgmlType::Q5_K:
+                put_f16(p + offsetof(block_q4_K, d), scale(0.0005f, 0.003f, false));
+                put_f16(p + offsetof(block_q4_K, dmin), scale(0.0005f, 0.003f, false));
+                break;
+            case GgmlType::Q6_K:
+                put_f16(p + offsetof(block_q6_K, d), scale(0.0005f, 0.003f, true));
+                break;
+            default:
+                ADD_FAILURE() << "no random blocks for " << type_name(t);
+        }
+    }
+    return v;
+}
+
+std::vector<float> random_x(int64_t n, uint64_t seed) {
+    Rng r(seed);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+        x[size_t(i)] = r.normal();
+        if (i % 97 == 13) x[size_t(i)] *= 8.f;  // outliers, so block maxima vary
+    }
+    if (n >= 512) std::fill(x.begin() + 256, x.begin() + 512, 0.f);  // an all-zero block
+    return x;
+}
+
+cuda::ActKind act_kind(GgmlType t) { return cuda::act_kind_for(t); }
+
+// Device memory freed on scope exit.
+struct DevBuf {
+    void* p = nullptr;
+    size_t n = 0;
+    explicit DevBuf(size_t bytes) : n(bytes) {
+        if (cudaMalloc(&p, std::max<size_t>(bytes, 16)) != cudaSuccess) p = nullptr;
+    }
+    ~DevBuf() {
+        if (p) cudaFree(p);
+    }
+    DevBuf(const DevBuf&) = delete;
+    DevBuf& operator=(const DevBuf&) = delete;
+    float* f() const { return static_cast<float*>(p); }
+};
+
+// A weight matrix on the GPU in the kernels' layout.
+struct GpuWeight {
+    GgmlType type;
+    int64_t K, N;
+    std::vector<uint8_t> gguf;  // host copy in the GGUF layout (for the CPU reference)
+    std::unique_ptr<DevBuf> mem;
+    cuda::DeviceWeight dw() const {
+        cuda::DeviceWeight w;
+        w.type = type;
+        w.K = K;
+        w.N = N;
+        w.data = static_cast<const uint8_t*>(mem->p);
+        w.layout = cuda::weight_layout(type, N * K / int64_t(traits(type).block_size));
+        return w;
+    }
+};
+
+GpuWeight make_weight(GgmlType t, int64_t K, int64_t N, uint64_t seed) {
+    GpuWeight w{t, K, N, {}, nullptr};
+    const int64_t nb = N * K / int64_t(traits(t).block_size);
+    w.gguf = random_blocks(t, nb, seed);
+    const cuda::WeightLayout l = cuda::weight_layout(t, nb);
+    std::vector<uint8_t> packed(l.total);
+    cuda::repack_weight(t, w.gguf.data(), nb, packed.data());
+    w.mem = std::make_unique<DevBuf>(l.total);
+    if (w.mem->p) {
+        EXPECT_EQ(cudaMemcpy(w.mem->p, packed.data(), packed.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    return w;
+}
+
+// Quantized activations of one token on the GPU.
+struct GpuAct {
+    std::unique_ptr<DevBuf> x, buf;
+    cuda::ActQ a;
+};
+
+GpuAct make_act(GgmlType wt, const std::vector<float>& x) {
+    GpuAct g;
+    const int64_t K = int64_t(x.size());
+    const cuda::ActKind k = act_kind(wt);
+    g.x = std::make_unique<DevBuf>(x.size() * 4);
+    g.buf = std::make_unique<DevBuf>(cuda::act_bytes(k, K, 1));
+    EXPECT_EQ(cudaMemcpy(g.x->p, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    cuda::quantize_act(k, g.x->f(), K, K, 1, g.buf->p, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    g.a = cuda::act_view(k, g.buf->p, g.x->f(), K, 1);
+    return g;
+}
+
+void poison(const DevBuf& b) { ASSERT_EQ(cudaMemset(b.p, 0xFF, b.n), cudaSuccess); }  // NaN floats
+
+std::vector<float> get(const DevBuf& b, size_t n) {
+    std::vector<float> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), b.p, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+}
+
+// Restores the environment's kernel choice when a test ends.
+struct VariantGuard {
+    ~VariantGuard() { cuda::set_matvec_variant(0); }
+};
+
+// CPU product of rows [r0, r0 + n) and the sum of |w x| per row (tolerance scale).
+void cpu_rows(const GpuWeight& w, const std::vector<float>& x, int64_t r0, int64_t n, std::vector<float>& y,
+              std::vector<double>& mag) {
+    static ThreadPool pool(4);
+    const size_t rb = row_bytes(w.type, w.K);
+    y.assign(size_t(n), 0.f);
+    cpu_matmul(w.type, w.gguf.data() + size_t(r0) * rb, w.K, n, x.data(), 1, y.data(), n, pool);
+    mag.assign(size_t(n), 0.0);
+    std::vector<float> row(size_t(w.K));
+    for (int64_t i = 0; i < n; ++i) {
+        dequantize_row(w.type, w.gguf.data() + size_t(r0 + i) * rb, row.data(), w.K);
+        double m = 0;
+        for (int64_t k = 0; k < w.K; ++k) m += std::fabs(double(row[size_t(k)]) * x[size_t(k)]);
+        mag[size_t(i)] = m;
+    }
+}
+
+// got (GPU, rows [r0, r0 + n) of an output of bias-added rows) against the CPU.
+void expect_near_cpu(const std::vector<float>& got, const GpuWeight& w, const std::vector<float>& x,
+                     const float* bias, int64_t r0, int64_t n, const char* what) {
+    std::vector<float> ref;
+    std::vector<double> mag;
+    cpu_rows(w, x, r0, n, ref, mag);
+    int bad = 0;
+    for (int64_t i = 0; i < n && bad < 5; ++i) {
+        const float g = got[size_t(r0 + i)];
+        const double want = double(ref[size_t(i)]) + (bias ? double(bias[r0 + i]) : 0.0);
+        if (!std::isfinite(g) || std::fabs(double(g) - want) > 3e-5 * mag[size_t(i)] + 1e-6 + (bias ? 1e-6 * std::fabs(want) : 0)) {
+            ADD_FAILURE() << what << " " << type_name(w.type) << " K=" << w.K << " N=" << w.N << " row " << r0 + i
+                          << ": gpu " << g << " cpu " << want << " (|w x| sum " << mag[size_t(i)] << ")";
+            ++bad;
+        }
+    }
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+size_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+        if (std::memcmp(&a[i], &b[i], 4) != 0) return i;
+    return a.size();
+}
+
+// ---- single products (matmul_vec, T = 1)
+
+class CudaMatvecTypes : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(CudaMatvecTypes, NewKernelEqualsOldBitsAndCpu) {
+    REQUIRE_GPU();
+    VariantGuard guard;
+    const GgmlType t = GetParam();
+    const bool kq = traits(t).block_size == 256;
+    std::vector<int64_t> Ks = {256, 2560, 9216};
+    if (!kq) Ks.insert(Ks.begin(), {32, 160, 1056});  // a lane or a few per row; 33 units: one lane twice
+    for (int64_t K : Ks) {
+        for (int64_t N : {int64_t(1), int64_t(37), int64_t(4097)}) {
+            SCOPED_TRACE(testing::Message() << type_name(t) << " K=" << K << " N=" << N);
+            const GpuWeight w = make_weight(t, K, N, uint64_t(K * 131 + N));
+            ASSERT_NE(w.mem->p, nullptr);
+            const std::vector<float> x = random_x(K, uint64_t(K + 7 * N));
+            const GpuAct act = make_act(t, x);
+            std::vector<float> bias(static_cast<size_t>(N));
+            Rng r(uint64_t(N) + 5);
+            for (float& b : bias) b = r.normal();
+            DevBuf dbias(size_t(N) * 4);
+            CU(cudaMemcpy(dbias.p, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+            const bool with_bias = N == 37;
+            DevBuf y(size_t(N + 5) * 4);  // 5 floats past the end must stay poisoned
+            std::vector<float> out[4];
+            for (int v : {3, 2, 1}) {
+                cuda::set_matvec_variant(v);
+                ASSERT_EQ(cuda::matvec_variant(), v);
+                poison(y);
+                cuda::matmul_vec(w.dw(), act.a, 1, y.f(), N, with_bias ? dbias.f() : nullptr, nullptr);
+                CU(cudaDeviceSynchronize());
+                out[v] = get(y, size_t(N + 5));
+                for (int64_t i = N; i < N + 5; ++i) {
+                    uint32_t bits;
+                    std::memcpy(&bits, &out[v][size_t(i)], 4);
+                    ASSERT_EQ(bits, 0xFFFFFFFFu) << "variant " << v << " wrote past the output";
+                }
+                out[v].resize(size_t(N));
+            }
+            ASSERT_TRUE(same_bits(out[3], out[2])) << "v3 != v2 at row " << first_diff(out[3], out[2]);
+            ASSERT_TRUE(same_bits(out[2], out[1])) << "v2 != v1 at row " << first_diff(out[2], out[1]);
+            expect_near_cpu(out[3], w, x, with_bias ? bias.data() : nullptr, 0, N, "matmul_vec");
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, CudaMatvecTypes,
+                         ::testing::Values(GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K),
+                         [](const ::testing::TestParamInfo<GgmlType>& i) { return std::string(type_name(i.param)); });
+
+// ---- several jobs in one launch (matmul_vec_multi, T = 1)
+
+struct JobSpec {
+    GgmlType type;
+    int64_t N;
+    bool bias, residual;
+};
+
+void run_batch(int64_t K, const std::vector<JobSpec>& specs, uint64_t seed) {
+    const int n = int(specs.size());
+    ASSERT_LE(n, cuda::kMaxMatvecJobs);
+    std::vector<GpuWeight> ws;
+    std::vector<std::vector<float>> bias(static_cast<size_t>(n)), res(static_cast<size_t>(n));
+    std::vector<std::unique_ptr<DevBuf>> dy, dbias, dres, dres_out;
+    const std::vector<float> x = random_x(K, seed);
+    const GpuAct act = make_act(specs[0].type, x);
+    cuda::MatvecJob jobs[cuda::kMaxMatvecJobs];
+    for (int i = 0; i < n; ++i) {
+        const JobSpec& s = specs[size_t(i)];
+        ASSERT_EQ(act_kind(s.type), act_kind(specs[0].type)) << "a batch shares its activations";
+        ws.push_back(make_weight(s.type, K, s.N, seed * 10 + uint64_t(i)));
+        ASSERT_NE(ws.back().mem->p, nullptr);
+        Rng r(seed + 100 + uint64_t(i));
+        bias[size_t(i)].resize(size_t(s.N));
+        res[size_t(i)].resize(size_t(s.N));
+        for (float& b : bias[size_t(i)]) b = r.normal();
+        for (float& v : res[size_t(i)]) v = 4.f * r.normal();
+        dy.push_back(std::make_unique<DevBuf>(size_t(s.N) * 4));
+        dbias.push_back(std::make_unique<DevBuf>(size_t(s.N) * 4));
+        dres.push_back(std::make_unique<DevBuf>(size_t(s.N) * 4));
+        dres_out.push_back(std::make_unique<DevBuf>(size_t(s.N) * 4));
+        if (s.N > 0) {
+            CU(cudaMemcpy(dbias.back()->p, bias[size_t(i)].data(), size_t(s.N) * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemcpy(dres.back()->p, res[size_t(i)].data(), size_t(s.N) * 4, cudaMemcpyHostToDevice));
+        }
+        cuda::MatvecJob& j = jobs[i];
+        j.w = ws.back().dw();
+        j.y = dy.back()->f();
+        j.ldy = s.N;
+        j.bias = s.bias ? dbias.back()->f() : nullptr;
+        if (s.residual) {
+            j.res = dres.back()->f();
+            j.res_out = dres_out.back()->f();
+            j.ld_res = j.ld_res_out = s.N;
+        }
+    }
+    std::vector<std::vector<float>> y[4], ro[4];
+    for (int v : {3, 2, 1}) {
+        cuda::set_matvec_variant(v);
+        for (int i = 0; i < n; ++i) {
+            poison(*dy[size_t(i)]);
+            poison(*dres_out[size_t(i)]);
+        }
+        cuda::matmul_vec_multi(jobs, n, act.a, 1, nullptr);
+        CU(cudaDeviceSynchronize());
+        for (int i = 0; i < n; ++i) {
+            y[v].push_back(get(*dy[size_t(i)], size_t(specs[size_t(i)].N)));
+            ro[v].push_back(get(*dres_out[size_t(i)], size_t(specs[size_t(i)].N)));
+        }
+    }
+    for (int i = 0; i < n; ++i) {
+        const JobSpec& s = specs[size_t(i)];
+        SCOPED_TRACE(testing::Message() << "job " << i << " " << type_name(s.type) << " N=" << s.N);
+        for (int v : {2, 1}) {
+            EXPECT_TRUE(same_bits(y[3][size_t(i)], y[v][size_t(i)]))
+                << "y: v3 != v" << v << " at row " << first_diff(y[3][size_t(i)], y[v][size_t(i)]);
+            if (s.residual) {
+                EXPECT_TRUE(same_bits(ro[3][size_t(i)], ro[v][size_t(i)]))
+                    << "res_out: v3 != v" << v << " at row " << first_diff(ro[3][size_t(i)], ro[v][size_t(i)]);
+            }
+        }
+        expect_near_cpu(y[3][size_t(i)], ws[size_t(i)], x, s.bias ? bias[size_t(i)].data() : nullptr, 0, s.N,
+                        "matmul_vec_multi");
+        for (int64_t r = 0; r < s.N; ++r) {
+            const float yv = y[3][size_t(i)][size_t(r)], got = ro[3][size_t(i)][size_t(r)];
+            if (s.residual) {
+                const float want = res[size_t(i)][size_t(r)] + yv;
+                ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << "res_out row " << r << ": " << got << " vs " << want;
+            } else {
+                uint32_t bits;
+                std::memcpy(&bits, &got, 4);
+                ASSERT_EQ(bits, 0xFFFFFFFFu) << "res_out written without a residual, row " << r;
+            }
+        }
+    }
+}
+
+TEST(CudaMatvecMulti, GateUpPairOneType) {
+    REQUIRE_GPU();
+    VariantGuard guard;
+    run_batch(2560, {{GgmlType::Q4_K, 4097, false, false}, {GgmlType::Q4_K, 4097, false, true}}, 1);
+}
+
+TEST(CudaMatvecMulti, MixedKQuantsBiasResidual) {
+    REQUIRE_GPU();
+    VariantGuard guard;
+    run_batch(2560,
+              {{GgmlType::Q4_K, 300, true, false},
+               {GgmlType::Q6_K, 1, false, true},
+               {GgmlType::Q5_K, 4097, true, true},
+               {GgmlType::Q4_K, 37, false, true}},
+              2);
+    run_batch(9216, {{GgmlType::Q6_K, 2560, false, true}, {GgmlType::Q4_K, 513, true, false}}, 3);
+}
+
+TEST(CudaMatvecMulti, LegacyTypes) {
+    REQUIRE_GPU();
+    VariantGuard guard;
+    run_batch(1056,
+              {{GgmlType::Q4_0, 129, true, false}, {GgmlType::Q8_0, 77, false, true}, {GgmlType::Q5_0, 513, false, false}},
+              4);
+    run_batch(4096, {{GgmlType::Q4_1, 1000, false, true}, {GgmlType::Q5_1, 33, true, true}}, 5);
+}
+
+TEST(CudaMatvecMulti, EmptyJobs) {
+    REQUIRE_GPU();
+    VariantGuard guard;
+    run_batch(512,
+              {{GgmlType::Q6_K, 0, false, false},
+               {GgmlType::Q4_K, 50, false, true},
+               {GgmlType::Q4_K, 0, true, false},
+               {GgmlType::Q4_K, 3, true, true}},
+              6);
+    run_batch(512, {{GgmlType::Q4_K, 7, false, false}, {GgmlType::Q6_K, 0, false, false}, {GgmlType::Q4_K, 9, true, true}},
+              7);
+}
+
+// The LM head shape (Qwen3.5-4B): Q6_K, 2560 x 248320, 521 MB.
+TEST(CudaMatvecLarge, Q6KHeadEqualsOldKernel) {
+    REQUIRE_GPU();
+    VariantGuard guard;
+    const int64_t K = 2560, N = 248320;
+    const GpuWeight w = make_weight(GgmlType::Q6_K, K, N, 99);
+    if (!w.mem->p) GTEST_SKIP() << "not enough GPU memory";
+    const std::vector<float> x = random_x(K, 98);
+    const GpuAct act = make_act(GgmlType::Q6_K, x);
+    DevBuf y(size_t(N) * 4);
+    std::vector<float> out[4];
+    for (int v : {3, 2}) {
+        cuda::set_matvec_variant(v);
+        poison(y);
+        cuda::matmul_vec(w.dw(), act.a, 1, y.f(), N, nullptr, nullptr);
+        CU(cudaDeviceSynchronize());
+        out[v] = get(y, size_t(N));
+    }
+    ASSERT_TRUE(same_bits(out[3], out[2])) << "v3 != v2 at row " << first_diff(out[3], out[2]);
+    expect_near_cpu(out[3], w, x, nullptr, 0, 3000, "head");
+    expect_near_cpu(out[3], w, x, nullptr, N / 2 - 1500, 3000, "head");
+    expect_near_cpu(out[3], w, x, nullptr, N - 3000, 3000, "head");
+}
+
+// ---- timing (printed, not asserted)
+
+// Runs `launch(copy)` 200 times over enough copies of the weights that they do
+// not stay in L2 (50 MB on an H100 / H200), returns microseconds per call.
+template <class F>
+double time_calls(int copies, F&& launch) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    for (int i = 0; i < 10; ++i) launch(i % copies);
+    cudaEventRecord(a);
+    const int reps = 200;
+    for (int i = 0; i < reps; ++i) launch(i % copies);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return 1000.0 * ms / reps;
+}
+
+struct TimedCase {
+    const char* name;
+    GgmlType type;
+    int64_t K, N;
+    int jobs;
+};
+
+TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
+    REQUIRE_GPU();
+    VariantGuard guard;
+    const TimedCase cases[] = {
+        {"ffn gate+up Q4_K 2560 x 2*9216 (two jobs)", GgmlType::Q4_K, 2560, 9216, 2},
+        {"ffn down   Q6_K 9216 x 2560", GgmlType::Q6_K, 9216, 2560, 1},
+        {"lm head    Q6_K 2560 x 248320", GgmlType::Q6_K, 2560, 248320, 1},
+    };
+    for (const TimedCase& c : cases) {
+        const double bytes = double(c.jobs) * double(c.N) * double(row_bytes(c.type, c.K));
+        const int copies = int(std::max(1.0, std::ceil(256e6 / bytes)));
+        std::vector<GpuWeight> ws;
+        for (int i = 0; i < copies * c.jobs; ++i) {
+            if (i < c.jobs) {
+                ws.push_back(make_weight(c.type, c.K, c.N, 500 + uint64_t(i)));
+            } else {  // device copies of the first ones: same data, other addresses
+                const GpuWeight& src = ws[size_t(i % c.jobs)];
+                GpuWeight w{c.type, c.K, c.N, {}, std::make_unique<DevBuf>(src.mem->n)};
+                if (w.mem->p) {
+                    CU(cudaMemcpy(w.mem->p, src.mem->p, src.mem->n, cudaMemcpyDeviceToDevice));
+                }
+                ws.push_back(std::move(w));
+            }
+            if (!ws.back().mem->p) GTEST_SKIP() << "not enough GPU memory for " << c.name;
+        }
+        const GpuAct act = make_act(c.type, random_x(c.K, 77));
+        std::vector<std::unique_ptr<DevBuf>> ys;
+        for (int j = 0; j < c.jobs; ++j) ys.push_back(std::make_unique<DevBuf>(size_t(c.N) * 4));
+        double us[4] = {};
+        for (int v : {3, 2}) {
+            cuda::set_matvec_variant(v);
+            us[v] = time_calls(copies, [&](int copy) {
+                if (c.jobs == 1) {
+                    cuda::matmul_vec(ws[size_t(copy)].dw(), act.a, 1, ys[0]->f(), c.N, nullptr, nullptr);
+                } else {
+                    cuda::MatvecJob jobs[cuda::kMaxMatvecJobs];
+                    for (int j = 0; j < c.jobs; ++j) {
+                        jobs[j].w = ws[size_t(copy * c.jobs + j)].dw();
+                        jobs[j].y = ys[size_t(j)]->f();
+                        jobs[j].ldy = c.N;
+                    }
+                    cuda::matmul_vec_multi(jobs, c.jobs, act.a, 1, nullptr);
+                }
+            });
+            CU(cudaGetLastError());
+        }
+        std::printf("[ timing ] %-44s %6.1f MB: v3 %8.2f us %7.0f GB/s | v2 %8.2f us %7.0f GB/s (%d weight copies, "
+                    "200 back-to-back launches)\n",
+                    c.name, bytes / 1e6, us[3], bytes / us[3] / 1e3, us[2], bytes / us[2] / 1e3, copies);
+        std::fflush(stdout);
+    }
+}
+
+#else
+
+TEST(CudaMatvec, NeedsACudaBuild) { GTEST_SKIP() << "built without CUDA"; }
+
+#endif
+
+}  // namespace
+}  // namespace qinfer
