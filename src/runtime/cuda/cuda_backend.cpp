@@ -16,6 +16,9 @@
 #include "runtime/cuda/layout.h"
 
 namespace qinfer {
+namespace cuda {
+bool pdl_enabled();  // launch.cuh (device code: not includable here)
+}
 
 using cuda::Rows;
 
@@ -337,8 +340,9 @@ void CudaBackend::print_load_stats_once() {
     upload_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     load_stats_printed_ = true;
     if (upload_bytes_ && std::getenv("QINFER_CUDA_VERBOSE"))
-        std::fprintf(stderr, "%s: uploaded %.1f MiB of weights in %.3f s (%.2f GB/s)\n", name_.c_str(),
-                     double(upload_bytes_) / (1 << 20), upload_s_, double(upload_bytes_) / 1e9 / upload_s_);
+        std::fprintf(stderr, "%s: uploaded %.1f MiB of weights in %.3f s (%.2f GB/s); programmatic dependent launch %s\n",
+                     name_.c_str(), double(upload_bytes_) / (1 << 20), upload_s_,
+                     double(upload_bytes_) / 1e9 / upload_s_, cuda::pdl_enabled() ? "on" : "off");
 }
 
 void CudaBackend::write(const Tensor& dst, const void* src, size_t bytes, size_t offset) {
