@@ -4,9 +4,14 @@
 // Decode (few tokens): one block per (kv head, token, split of the key range)
 // serves all query heads of the group, so every cached K/V byte is read once
 // per token; long contexts are split over the key range (flash-decoding) and
-// the partial softmax states are merged by a second kernel. The split count
-// depends only on the cache capacity, never on the current length, so a
-// captured decode step stays valid as the context grows.
+// the partial softmax states are merged by a second kernel. The number of
+// splits launched depends only on the cache capacity, never on the current
+// length, so a captured decode step stays valid as the context grows: both
+// kernels read the length (pos) on the device and use only the first
+// ceil(n / chunk) splits, chunk = n / splits rounded up to 64 keys. The others
+// exit at once, and when one split covers the context it writes the output
+// itself and the merge kernel exits at once too: a 5-key context costs one
+// block per kv head and a few memory round trips, whatever the capacity.
 #include "common/error.h"
 #include "runtime/cuda/attention_impl.cuh"
 #include "runtime/cuda/kernels.h"
@@ -49,19 +54,19 @@ void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_
     QINFER_CUDA_LAUNCHED("kv_store");
 }
 
-// Splits of the key range for decode: enough blocks to keep every SM streaming
-// K/V at long contexts (a split covers >= 256 keys of the capacity); empty
-// splits of a short context exit at once.
+// Splits of the key range launched for decode: enough blocks to keep every SM
+// streaming K/V at long contexts (a split covers >= 64 keys of the capacity,
+// at most 128 splits); those past a short context exit at once.
 int attention_splits(int64_t T, int64_t max_ctx) {
     if (T > 4) return 1;
-    int n = int((max_ctx + 255) / 256);
-    return n < 1 ? 1 : (n > 128 ? 128 : n);
+    const int64_t n = (max_ctx + ATTN_SPLIT_ALIGN - 1) / ATTN_SPLIT_ALIGN;
+    return n < 1 ? 1 : (n > ATTN_MAX_SPLITS ? ATTN_MAX_SPLITS : int(n));
 }
 
 size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ctx) {
     const int ns = attention_splits(T, max_ctx);
     if (ns == 1) return 0;
-    return size_t(T) * size_t(n_head) * size_t(ns) * size_t(d + 2) * sizeof(float);
+    return size_t(T) * size_t(n_head) * size_t(ns) * size_t(d + ATTN_PART_HDR) * sizeof(float);
 }
 
 namespace {
@@ -117,8 +122,12 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     }
     QINFER_CUDA_LAUNCHED("attention");
     if (ns > 1) {
-        const dim3 grid(static_cast<unsigned>(n_head), unsigned(T));
-        attn_combine_kernel<<<grid, 128, 0, s>>>(a.work, int(kv.d), ns, out);
+        const dim3 grid(static_cast<unsigned>(n_head), unsigned(T), unsigned(kv.d / ATTN_COMBINE_COLS));
+        switch (kv.d) {
+            case 64: attn_combine_kernel<64><<<grid, ATTN_THREADS, 0, s>>>(a.work, ns, pos, out); break;
+            case 128: attn_combine_kernel<128><<<grid, ATTN_THREADS, 0, s>>>(a.work, ns, pos, out); break;
+            default: attn_combine_kernel<256><<<grid, ATTN_THREADS, 0, s>>>(a.work, ns, pos, out); break;
+        }
         QINFER_CUDA_LAUNCHED("attention combine");
     }
 }

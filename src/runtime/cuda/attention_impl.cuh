@@ -16,16 +16,33 @@ struct AttnArgs {
     const int32_t* slot;
     float scale;
     float* out;              // [T][n_head][d]
-    float* work;             // split partials [T][n_head][n_split][d + 2]: m, l, acc
-    int n_split;
+    float* work;             // split partials [T][n_head][n_split][d + ATTN_PART_HDR]: m, l, -, -, acc[d]
+    int n_split;             // splits launched (from the cache capacity)
 };
 
 constexpr int ATTN_THREADS = 128;
-constexpr int ATTN_TILE = 128;  // keys per tile: one per thread in the score phase
+constexpr int ATTN_TILE = 128;       // keys per softmax tile: one per thread
+constexpr int ATTN_SPLIT_ALIGN = 64; // a split's key range is a multiple of this (but the last)
+constexpr int ATTN_MAX_SPLITS = 128; // <= ATTN_THREADS: the combine gives each split one thread
+constexpr int ATTN_PART_HDR = 4;     // m, l and padding, so acc[] stays 16-byte aligned
+constexpr int ATTN_COMBINE_COLS = 64;
 
-template <typename KT> __device__ __forceinline__ void load_vec(const KT* p, float (&f)[16 / sizeof(KT)]);
-template <> __device__ __forceinline__ void load_vec<__half>(const __half* p, float (&f)[8]) {
-    const int4 v = ld16(p);
+// Keys per split for a context of n keys over ns launched splits: the splits
+// in use are the first ceil(n / chunk); the rest have nothing to do. Both
+// kernels derive it from pos on the device, so a captured launch (whose grid
+// depends on the capacity only) adapts to the length at every replay.
+__device__ __forceinline__ int attn_chunk(int n, int ns) {
+    const int c = (n + ns - 1) / ns;
+    return (c + ATTN_SPLIT_ALIGN - 1) / ATTN_SPLIT_ALIGN * ATTN_SPLIT_ALIGN;
+}
+__device__ __forceinline__ int attn_splits_used(int n, int ns) {
+    const int c = attn_chunk(n, ns);
+    return (n + c - 1) / c;
+}
+
+// 16 bytes of K/V as floats.
+template <typename KT> __device__ __forceinline__ void to_floats(const int4& v, float (&f)[16 / sizeof(KT)]);
+template <> __device__ __forceinline__ void to_floats<__half>(const int4& v, float (&f)[8]) {
     const __half2* h = reinterpret_cast<const __half2*>(&v);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -34,18 +51,36 @@ template <> __device__ __forceinline__ void load_vec<__half>(const __half* p, fl
         f[2 * i + 1] = x.y;
     }
 }
-template <> __device__ __forceinline__ void load_vec<float>(const float* p, float (&f)[4]) {
-    const float4 v = __ldg(reinterpret_cast<const float4*>(p));
-    f[0] = v.x; f[1] = v.y; f[2] = v.z; f[3] = v.w;
+template <> __device__ __forceinline__ void to_floats<float>(const int4& v, float (&f)[4]) {
+    f[0] = __int_as_float(v.x);
+    f[1] = __int_as_float(v.y);
+    f[2] = __int_as_float(v.z);
+    f[3] = __int_as_float(v.w);
 }
 
-// One block per (kv head, token, split). GT >= group (compile-time bound of the
-// per-head register arrays); D the head dim.
+// One block per (kv head, token, split) serves all query heads of the group,
+// so every cached K/V byte is read once per token. GT >= group (compile-time
+// bound of the per-head register arrays); D the head dim.
+//
+// Per tile of up to 128 keys:
+//  - scores: TPK threads share a key, each dotting 4 x 16 bytes of it with the
+//    group's q (a whole row in one round of loads, coalesced), then a shuffle sum;
+//  - softmax: thread i takes key i of the tile (online max / sum per head);
+//  - P V: groups of TPR threads read whole V rows; the first rows were loaded
+//    before the scores, so a short context waits on memory about twice in all.
+// A split that is the only one in use writes the normalized output; otherwise
+// its partial state (m, l, acc) for attn_combine_kernel.
 template <int D, int GT, typename KT>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
     constexpr int VEC = 16 / sizeof(KT);  // elements per 16-byte load
+    constexpr int KL = 4;                 // 16-byte loads per thread per key (score phase)
+    constexpr int TPK = D / (VEC * KL);   // threads per key
+    constexpr int KPP = ATTN_THREADS / TPK;  // keys per pass
     constexpr int TPR = D / VEC;          // threads per V row in the PV phase
-    constexpr int NG = ATTN_THREADS / TPR;
+    constexpr int NG = ATTN_THREADS / TPR;   // V rows in flight per block
+    constexpr int PF = 2;                 // V rows per thread loaded ahead of the scores
+    constexpr int PS = D + ATTN_PART_HDR;
+    static_assert(TPK >= 1 && TPK <= WARP && WARP % TPK == 0 && ATTN_TILE % (2 * KPP) == 0, "head dim");
     static_assert(NG >= 1 && ATTN_THREADS % TPR == 0, "head dim too large for the block");
     __shared__ __align__(16) float qs[GT][D];
     __shared__ float ps[GT][ATTN_TILE];
@@ -55,29 +90,22 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
     const int g = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
     const int tid = threadIdx.x, lane = tid % WARP, wid = tid / WARP;
     const int G = a.group;
+    const int n_head = a.n_kv * G;
     const int n = a.pos[t] + 1;
     const int64_t slot = a.slot[t];
-    const int ns = a.n_split;
-    int chunk = (n + ns - 1) / ns;
-    chunk = (chunk + ATTN_TILE - 1) / ATTN_TILE * ATTN_TILE;
-    const int j0 = split * chunk;
-    const int j1 = min(n, j0 + chunk);
-    const int n_head = a.n_kv * G;
-
-    if (j0 >= j1) {  // empty split (only with ns > 1): neutral partial state
-        for (int i = tid; i < G * (D + 2); i += ATTN_THREADS) {
-            const int h = i / (D + 2), e = i % (D + 2);
-            float* w = a.work + ((int64_t(t) * n_head + g * G + h) * ns + split) * (D + 2);
-            w[e] = e == 0 ? -INFINITY : 0.f;
-        }
-        return;
-    }
-
+    // q is loaded (and accs cleared) before the split is known to be in use, so
+    // that these loads overlap the one of pos instead of following it.
     for (int i = tid; i < GT * D; i += ATTN_THREADS) {
         const int h = i / D, e = i % D;
         qs[h][e] = h < G ? a.q[int64_t(t) * a.q_t + int64_t(g * G + h) * a.q_h + e] * a.scale : 0.f;
         accs[h][e] = 0.f;
     }
+    const int ns = a.n_split;
+    const int chunk = attn_chunk(n, ns);
+    const int nu = (n + chunk - 1) / chunk;
+    const int j0 = split * chunk;
+    const int j1 = min(n, j0 + chunk);
+    if (j0 >= j1) return;  // a split past the context (block-uniform): nothing to write either
     __syncthreads();
 
     const KT* Kb = static_cast<const KT*>(a.K) + (slot * a.n_ctx * a.n_kv + g) * D;
@@ -92,34 +120,71 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
 #pragma unroll
         for (int v = 0; v < VEC; ++v) acc[h][v] = 0.f;
     }
-    const int vg = tid / TPR, vc = tid % TPR;
+    const int kk = tid / TPK, kr = tid % TPK;  // score phase: key kk of a pass, quarter kr of it
+    const int vg = tid / TPR, vc = tid % TPR;  // PV phase: row group, 16-byte column
 
     for (int jt = j0; jt < j1; jt += ATTN_TILE) {
-        // scores: thread tid takes key jt + tid
-        const int j = jt + tid;
-        float s[GT];
+        const int nk = min(ATTN_TILE, j1 - jt);  // keys in this tile
+        int4 vpre[PF];
 #pragma unroll
-        for (int h = 0; h < GT; ++h) s[h] = 0.f;
-        if (j < j1) {
-            const KT* kr = Kb + int64_t(j) * row_stride;
-#pragma unroll 4
-            for (int c = 0; c < D / VEC; ++c) {
-                float kf[VEC];
-                load_vec<KT>(kr + c * VEC, kf);
+        for (int u = 0; u < PF; ++u)
+            if (vg + u * NG < nk) vpre[u] = ld16(Vb + int64_t(jt + vg + u * NG) * row_stride + vc * VEC);
+
+        // scores -> ps, two passes of KPP keys per round of loads
+        for (int p0 = 0; p0 < nk; p0 += 2 * KPP) {
+            int4 kraw[2][KL];
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int jl = p0 + u * KPP + kk;
+                if (jl < nk) {
+                    const KT* row = Kb + int64_t(jt + jl) * row_stride;
+#pragma unroll
+                    for (int i = 0; i < KL; ++i) kraw[u][i] = ld16(row + (i * TPK + kr) * VEC);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int jl = p0 + u * KPP + kk;
+                float s[GT];
+#pragma unroll
+                for (int h = 0; h < GT; ++h) s[h] = 0.f;
+                if (jl < nk) {
+#pragma unroll
+                    for (int i = 0; i < KL; ++i) {
+                        float kf[VEC];
+                        to_floats<KT>(kraw[u][i], kf);
+                        const int e0 = (i * TPK + kr) * VEC;
+#pragma unroll
+                        for (int h = 0; h < GT; ++h) {
+                            if (h < G) {
+#pragma unroll
+                                for (int v = 0; v < VEC; ++v) s[h] = fmaf(qs[h][e0 + v], kf[v], s[h]);
+                            }
+                        }
+                    }
+                }
 #pragma unroll
                 for (int h = 0; h < GT; ++h) {
-                    if (h < G) {
 #pragma unroll
-                        for (int v = 0; v < VEC; ++v) s[h] = fmaf(qs[h][c * VEC + v], kf[v], s[h]);
-                    }
+                    for (int o = TPK / 2; o > 0; o >>= 1) s[h] += __shfl_xor_sync(0xffffffffu, s[h], o);
+                }
+                if (kr == 0 && jl < nk) {
+#pragma unroll
+                    for (int h = 0; h < GT; ++h) ps[h][jl] = s[h];
                 }
             }
         }
-        // online softmax over the tile, per head
+        __syncthreads();
+
+        // online softmax over the tile, per head (thread tid: key tid)
+        const bool valid = tid < nk;
+        float s[GT];
+#pragma unroll
+        for (int h = 0; h < GT; ++h) s[h] = valid ? ps[h][tid] : -INFINITY;
         float mt[GT];
 #pragma unroll
         for (int h = 0; h < GT; ++h) {
-            mt[h] = warp_max(j < j1 ? s[h] : -INFINITY);
+            mt[h] = warp_max(s[h]);
             if (lane == 0) red[h][wid] = mt[h];
         }
         __syncthreads();
@@ -132,18 +197,16 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
             const float mn = fmaxf(m[h], tm);
             corr[h] = expf(m[h] - mn);  // exp(-inf) = 0 on the first tile
             m[h] = mn;
-            ps[h][tid] = j < j1 ? expf(s[h] - mn) : 0.f;
+            s[h] = valid ? expf(s[h] - mn) : 0.f;
         }
-        __syncthreads();
+        __syncthreads();  // everyone has read red and ps
         float ts[GT];
 #pragma unroll
         for (int h = 0; h < GT; ++h) {
-            ts[h] = warp_sum(ps[h][tid]);
-        }
-        __syncthreads();  // red reused
-#pragma unroll
-        for (int h = 0; h < GT; ++h)
+            ps[h][tid] = s[h];
+            ts[h] = warp_sum(s[h]);
             if (lane == 0) red[h][wid] = ts[h];
+        }
         __syncthreads();
 #pragma unroll
         for (int h = 0; h < GT; ++h) {
@@ -154,11 +217,26 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
 #pragma unroll
             for (int v = 0; v < VEC; ++v) acc[h][v] *= corr[h];
         }
-        // P V: thread group vg takes keys vg, vg + NG, ... of the tile, columns vc*VEC..
-        const int nk = min(ATTN_TILE, j1 - jt);
-        for (int jj = vg; jj < nk; jj += NG) {
+
+        // P V: group vg takes keys vg, vg + NG, ... of the tile, columns vc*VEC..
+#pragma unroll
+        for (int u = 0; u < PF; ++u) {
+            const int jj = vg + u * NG;
+            if (jj < nk) {
+                float vf[VEC];
+                to_floats<KT>(vpre[u], vf);
+#pragma unroll
+                for (int h = 0; h < GT; ++h) {
+                    const float p = ps[h][jj];
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v) acc[h][v] = fmaf(p, vf[v], acc[h][v]);
+                }
+            }
+        }
+#pragma unroll 4
+        for (int jj = vg + PF * NG; jj < nk; jj += NG) {
             float vf[VEC];
-            load_vec<KT>(Vb + int64_t(jt + jj) * row_stride + vc * VEC, vf);
+            to_floats<KT>(ld16(Vb + int64_t(jt + jj) * row_stride + vc * VEC), vf);
 #pragma unroll
             for (int h = 0; h < GT; ++h) {
                 const float p = ps[h][jj];
@@ -169,7 +247,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
         __syncthreads();  // ps and red are rewritten by the next tile
     }
 
-    // merge the NG key groups
+    // merge the NG row groups
 #pragma unroll
     for (int h = 0; h < GT; ++h)
         if (h < G) {
@@ -182,32 +260,77 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
         float lh = 0.f, mh = 0.f;
 #pragma unroll
         for (int hh = 0; hh < GT; ++hh)
-            if (hh == h) { lh = l[hh]; mh = m[hh]; }
-        if (ns == 1) {
+            if (hh == h) {
+                lh = l[hh];
+                mh = m[hh];
+            }
+        if (nu == 1) {
             a.out[(int64_t(t) * n_head + g * G + h) * D + e] = accs[h][e] / lh;
         } else {
-            float* w = a.work + ((int64_t(t) * n_head + g * G + h) * ns + split) * (D + 2);
+            float* w = a.work + ((int64_t(t) * n_head + g * G + h) * ns + split) * PS;
             if (e == 0) {
                 w[0] = mh;
                 w[1] = lh;
             }
-            w[2 + e] = accs[h][e];
+            w[ATTN_PART_HDR + e] = accs[h][e];
         }
     }
 }
 
-// Merges the split partials of one (head, token): grid (n_head, T).
-__global__ void attn_combine_kernel(const float* __restrict__ work, int D, int ns, float* __restrict__ out) {
-    const int h = blockIdx.x, t = blockIdx.y, n_head = gridDim.x;
-    const float* w = work + (int64_t(t) * n_head + h) * ns * (D + 2);
-    float mt = -INFINITY;
-    for (int s = 0; s < ns; ++s) mt = fmaxf(mt, w[s * (D + 2)]);
-    float lt = 0.f;
-    for (int s = 0; s < ns; ++s) lt += w[s * (D + 2) + 1] * expf(w[s * (D + 2)] - mt);
-    for (int e = threadIdx.x; e < D; e += blockDim.x) {
-        float acc = 0.f;
-        for (int s = 0; s < ns; ++s) acc += w[s * (D + 2) + 2 + e] * expf(w[s * (D + 2)] - mt);
-        out[(int64_t(t) * n_head + h) * D + e] = acc / lt;
+// Merges the partials of the splits in use for one (head, token, 64 columns):
+// grid (n_head, T, D / 64), ATTN_THREADS threads = 16 float4 columns x 8 split
+// slices. Exits at once when one split covered the context (it wrote out).
+template <int D>
+__global__ void __launch_bounds__(ATTN_THREADS) attn_combine_kernel(const float* __restrict__ work, int ns,
+                                                                    const int32_t* __restrict__ pos,
+                                                                    float* __restrict__ out) {
+    constexpr int PS = D + ATTN_PART_HDR;
+    constexpr int CQ = ATTN_COMBINE_COLS / 4;  // float4 columns per block
+    constexpr int SL = ATTN_THREADS / CQ;      // split slices
+    static_assert(D % ATTN_COMBINE_COLS == 0 && ATTN_MAX_SPLITS <= ATTN_THREADS, "combine shape");
+    __shared__ float f[ATTN_MAX_SPLITS];
+    __shared__ float red[WARP];  // block_max / block_sum
+    __shared__ float4 part[SL][CQ];
+    const int h = blockIdx.x, t = blockIdx.y, c0 = blockIdx.z * ATTN_COMBINE_COLS, n_head = gridDim.x;
+    const int tid = threadIdx.x;
+    const int nu = attn_splits_used(pos[t] + 1, ns);
+    if (nu <= 1) return;
+    const float* w = work + (int64_t(t) * n_head + h) * ns * PS;
+    const float ms = tid < nu ? w[tid * PS] : -INFINITY;
+    const float ls = tid < nu ? w[tid * PS + 1] : 0.f;
+    const float mt = block_max(ms, red);
+    const float fs = tid < nu ? expf(ms - mt) : 0.f;
+    if (tid < ATTN_MAX_SPLITS) f[tid] = fs;
+    const float lt = block_sum(ls * fs, red);  // its barriers also publish f
+    const int cq = tid % CQ, sl = tid / CQ;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    const float* wc = w + ATTN_PART_HDR + c0 + cq * 4;
+#pragma unroll 4
+    for (int s = sl; s < nu; s += SL) {
+        const float4 x = *reinterpret_cast<const float4*>(wc + int64_t(s) * PS);
+        const float fw = f[s];
+        acc.x = fmaf(fw, x.x, acc.x);
+        acc.y = fmaf(fw, x.y, acc.y);
+        acc.z = fmaf(fw, x.z, acc.z);
+        acc.w = fmaf(fw, x.w, acc.w);
+    }
+    part[sl][cq] = acc;
+    __syncthreads();
+    if (tid < CQ) {
+        float4 r = part[0][tid];
+#pragma unroll
+        for (int s = 1; s < SL; ++s) {
+            r.x += part[s][tid].x;
+            r.y += part[s][tid].y;
+            r.z += part[s][tid].z;
+            r.w += part[s][tid].w;
+        }
+        const float inv = 1.f / lt;
+        float* o = out + (int64_t(t) * n_head + h) * D + c0 + tid * 4;
+        o[0] = r.x * inv;
+        o[1] = r.y * inv;
+        o[2] = r.z * inv;
+        o[3] = r.w * inv;
     }
 }
 
