@@ -201,7 +201,27 @@ struct VariantGuard {
     ~VariantGuard() { cuda::set_matvec_variant(0); }
 };
 
-// CPU product of rows [r0, r0 + n) and the sum of |w x| per row (tolerance scale).
+// A row with its quant bits zeroed: what is left is the per-block offset
+// (Q4_1 / Q5_1 min, Q4_K / Q5_K -dmin * m) that the products apply apart from
+// the scaled quants, so both parts' magnitudes enter the rounding bound. Empty
+// for types without such an offset.
+std::vector<uint8_t> offsets_only(GgmlType t, const uint8_t* row, int64_t K) {
+    size_t z0 = 0, z1 = 0;  // zeroed byte range of each block
+    switch (t) {
+        case GgmlType::Q4_1: z0 = offsetof(block_q4_1, qs); z1 = sizeof(block_q4_1); break;
+        case GgmlType::Q5_1: z0 = offsetof(block_q5_1, qh); z1 = sizeof(block_q5_1); break;
+        case GgmlType::Q4_K: z0 = offsetof(block_q4_K, qs); z1 = sizeof(block_q4_K); break;
+        case GgmlType::Q5_K: z0 = offsetof(block_q5_K, qh); z1 = sizeof(block_q5_K); break;
+        default: return {};
+    }
+    const size_t bs = traits(t).type_size;
+    std::vector<uint8_t> v(row, row + row_bytes(t, K));
+    for (size_t b = 0; b < v.size(); b += bs) std::fill(v.begin() + ptrdiff_t(b + z0), v.begin() + ptrdiff_t(b + z1), 0);
+    return v;
+}
+
+// CPU product of rows [r0, r0 + n) and per row the sum of |w x| plus twice
+// |offset x| (the scale of the float rounding both sides may make).
 void cpu_rows(const GpuWeight& w, const std::vector<float>& x, int64_t r0, int64_t n, std::vector<float>& y,
               std::vector<double>& mag) {
     static ThreadPool pool(4);
@@ -209,11 +229,15 @@ void cpu_rows(const GpuWeight& w, const std::vector<float>& x, int64_t r0, int64
     y.assign(size_t(n), 0.f);
     cpu_matmul(w.type, w.gguf.data() + size_t(r0) * rb, w.K, n, x.data(), 1, y.data(), n, pool);
     mag.assign(size_t(n), 0.0);
-    std::vector<float> row(size_t(w.K));
+    std::vector<float> row(size_t(w.K)), off(size_t(w.K), 0.f);
     for (int64_t i = 0; i < n; ++i) {
-        dequantize_row(w.type, w.gguf.data() + size_t(r0 + i) * rb, row.data(), w.K);
+        const uint8_t* src = w.gguf.data() + size_t(r0 + i) * rb;
+        dequantize_row(w.type, src, row.data(), w.K);
+        const std::vector<uint8_t> o = offsets_only(w.type, src, w.K);
+        if (!o.empty()) dequantize_row(w.type, o.data(), off.data(), w.K);
         double m = 0;
-        for (int64_t k = 0; k < w.K; ++k) m += std::fabs(double(row[size_t(k)]) * x[size_t(k)]);
+        for (int64_t k = 0; k < w.K; ++k)
+            m += (std::fabs(double(row[size_t(k)])) + 2 * std::fabs(double(off[size_t(k)]))) * std::fabs(double(x[size_t(k)]));
         mag[size_t(i)] = m;
     }
 }
@@ -221,6 +245,7 @@ void cpu_rows(const GpuWeight& w, const std::vector<float>& x, int64_t r0, int64
 // got (GPU, rows [r0, r0 + n) of an output of bias-added rows) against the CPU.
 void expect_near_cpu(const std::vector<float>& got, const GpuWeight& w, const std::vector<float>& x,
                      const float* bias, int64_t r0, int64_t n, const char* what) {
+    if (n == 0) return;
     std::vector<float> ref;
     std::vector<double> mag;
     cpu_rows(w, x, r0, n, ref, mag);
@@ -244,6 +269,34 @@ size_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
     for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
         if (std::memcmp(&a[i], &b[i], 4) != 0) return i;
     return a.size();
+}
+
+// The CPU reference itself on these random blocks (all quant bit patterns,
+// unlike quantizer output): cpu_matmul against an f64 product of the same
+// quantized operands, within the tolerance the GPU comparisons use. Runs
+// without a GPU.
+TEST(CudaMatvecReference, CpuProductOfRandomBlocksIsSound) {
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+        const int64_t K = 2560, N = 64;
+        const GpuWeight w{t, K, N, random_blocks(t, N * K / int64_t(traits(t).block_size), 17), nullptr};
+        const std::vector<float> x = random_x(K, 18);
+        // the activations as the integer products see them
+        const GgmlType at = traits(t).block_size == 256 ? GgmlType::Q8_K : GgmlType::Q8_0;
+        std::vector<uint8_t> q(row_bytes(at, K));
+        quantize_row(at, x.data(), q.data(), K);
+        std::vector<float> a(static_cast<size_t>(K));
+        dequantize_row(at, q.data(), a.data(), K);
+        std::vector<float> y;
+        std::vector<double> mag;
+        cpu_rows(w, x, 0, N, y, mag);
+        std::vector<float> row(static_cast<size_t>(K));
+        for (int64_t n = 0; n < N; ++n) {
+            dequantize_row(t, w.gguf.data() + size_t(n) * row_bytes(t, K), row.data(), K);
+            double ref = 0;
+            for (int64_t k = 0; k < K; ++k) ref += double(row[size_t(k)]) * double(a[size_t(k)]);
+            ASSERT_NEAR(y[size_t(n)], ref, 3e-5 * mag[size_t(n)] + 1e-6) << type_name(t) << " row " << n;
+        }
+    }
 }
 
 // ---- single products (matmul_vec, T = 1)

@@ -490,7 +490,8 @@ template <> struct QUnit<GgmlType::Q5_K> {
 
 template <> struct QUnit<GgmlType::Q6_K> {
     static constexpr int UPB = 4;
-    int4 qa, qb, qh, scv;
+    int4 qa, qb, qh;
+    int2 sc8;  // scales 8n .. 8n + 7: the unit's four (8n + l0/16 + {0, 2, 4, 6}) are among them
     uint32_t dh;
     __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int ub) {
         const uint8_t* b = w.base + 208 * blk;
@@ -498,7 +499,7 @@ template <> struct QUnit<GgmlType::Q6_K> {
         qa = ld16(b + 64 * n + l0);
         qb = ld16(b + 64 * n + 32 + l0);
         qh = ld16(b + 128 + 32 * n + l0);
-        scv = ld16(b + 192);
+        sc8 = __ldg(reinterpret_cast<const int2*>(b + 192 + 8 * n));
         dh = __ldg(reinterpret_cast<const uint16_t*>(w.d) + blk);
     }
     __device__ __forceinline__ void dot(int jb, int ub, const ActQ& A, float& acc) const {
@@ -508,7 +509,8 @@ template <> struct QUnit<GgmlType::Q6_K> {
         const int4 q2 = or4(and4(qb, 0x0F0F0F0F), and4(make_int4(qh.x << 2, qh.y << 2, qh.z << 2, qh.w << 2), 0x30303030));
         const int4 q3 = or4(and4(shr4(qa, 4), 0x0F0F0F0F), and4(qh, 0x30303030));
         const int4 q4 = or4(and4(shr4(qb, 4), 0x0F0F0F0F), and4(shr4(qh, 2), 0x30303030));
-        const int is = 8 * n + (l0 >> 4);
+        const int4 scv = make_int4(sc8.x, sc8.y, 0, 0);
+        const int is = l0 >> 4;
         const int sc1 = sbyte16(scv, is), sc2 = sbyte16(scv, is + 2), sc3 = sbyte16(scv, is + 4),
                   sc4 = sbyte16(scv, is + 6);
         const int e = 256 * jb + 128 * n + l0;
