@@ -23,6 +23,7 @@ namespace {
 template <typename KT>
 __global__ void kv_store_kernel(Rows k, Rows v, KT* __restrict__ K, KT* __restrict__ V, int64_t d, int64_t n_kv,
                                 int64_t n_ctx, const int32_t* __restrict__ pos, const int32_t* __restrict__ slot) {
+    pdl_enter();
     const int64_t t = blockIdx.y;
     const int64_t p = pos[t], s = slot[t];
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_kv * d; i += int64_t(gridDim.x) * blockDim.x) {
@@ -46,10 +47,10 @@ void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_
     if (T == 0) return;
     const dim3 grid(unsigned(ceil_div(kv.n_kv * kv.d, 256)), unsigned(T));
     if (kv.f16)
-        kv_store_kernel<__half><<<grid, 256, 0, s>>>(k, v, static_cast<__half*>(kv.k), static_cast<__half*>(kv.v),
+        launch("kv_store_kernel", kv_store_kernel<__half>, dim3(grid), dim3(256), 0, s, k, v, static_cast<__half*>(kv.k), static_cast<__half*>(kv.v),
                                                      kv.d, kv.n_kv, kv.n_ctx, pos, slot);
     else
-        kv_store_kernel<float><<<grid, 256, 0, s>>>(k, v, static_cast<float*>(kv.k), static_cast<float*>(kv.v),
+        launch("kv_store_kernel", kv_store_kernel<float>, dim3(grid), dim3(256), 0, s, k, v, static_cast<float*>(kv.k), static_cast<float*>(kv.v),
                                                     kv.d, kv.n_kv, kv.n_ctx, pos, slot);
     QINFER_CUDA_LAUNCHED("kv_store");
 }
@@ -74,7 +75,7 @@ namespace {
 template <int D, int GT, typename KT>
 void launch_split(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
     const dim3 grid(static_cast<unsigned>(n_kv), unsigned(T), unsigned(ns));
-    attn_split_kernel<D, GT, KT><<<grid, ATTN_THREADS, 0, s>>>(a);
+    launch("attn_split_kernel", attn_split_kernel<D, GT, KT>, dim3(grid), dim3(ATTN_THREADS), 0, s, a);
 }
 
 template <int D, typename KT>
@@ -124,9 +125,9 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     if (ns > 1) {
         const dim3 grid(static_cast<unsigned>(n_head), unsigned(T), unsigned(kv.d / ATTN_COMBINE_COLS));
         switch (kv.d) {
-            case 64: attn_combine_kernel<64><<<grid, ATTN_THREADS, 0, s>>>(a.work, ns, pos, out); break;
-            case 128: attn_combine_kernel<128><<<grid, ATTN_THREADS, 0, s>>>(a.work, ns, pos, out); break;
-            default: attn_combine_kernel<256><<<grid, ATTN_THREADS, 0, s>>>(a.work, ns, pos, out); break;
+            case 64: launch("attn_combine_kernel", attn_combine_kernel<64>, dim3(grid), dim3(ATTN_THREADS), 0, s, a.work, ns, pos, out); break;
+            case 128: launch("attn_combine_kernel", attn_combine_kernel<128>, dim3(grid), dim3(ATTN_THREADS), 0, s, a.work, ns, pos, out); break;
+            default: launch("attn_combine_kernel", attn_combine_kernel<256>, dim3(grid), dim3(ATTN_THREADS), 0, s, a.work, ns, pos, out); break;
         }
         QINFER_CUDA_LAUNCHED("attention combine");
     }

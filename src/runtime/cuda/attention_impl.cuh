@@ -1,6 +1,7 @@
 // Attention kernels (see attention.cu for the plan).
 #pragma once
 #include "runtime/cuda/cuda_common.cuh"
+#include "runtime/cuda/launch.cuh"
 
 namespace qinfer::cuda {
 
@@ -72,6 +73,7 @@ template <> __device__ __forceinline__ void to_floats<float>(const int4& v, floa
 // its partial state (m, l, acc) for attn_combine_kernel.
 template <int D, int GT, typename KT>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
+    pdl_enter();
     constexpr int VEC = 16 / sizeof(KT);  // elements per 16-byte load
     constexpr int KL = 4;                 // 16-byte loads per thread per key (score phase)
     constexpr int TPK = D / (VEC * KL);   // threads per key
@@ -284,6 +286,7 @@ template <int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_combine_kernel(const float* __restrict__ work, int ns,
                                                                     const int32_t* __restrict__ pos,
                                                                     float* __restrict__ out) {
+    pdl_enter();
     constexpr int PS = D + ATTN_PART_HDR;
     constexpr int CQ = ATTN_COMBINE_COLS / 4;  // float4 columns per block
     constexpr int SL = ATTN_THREADS / CQ;      // split slices
