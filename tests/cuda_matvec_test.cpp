@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "common/fp16.h"
@@ -526,29 +527,34 @@ double time_calls(int copies, F&& launch) {
 
 struct TimedCase {
     const char* name;
-    GgmlType type;
-    int64_t K, N;
-    int jobs;
+    int64_t K;
+    std::vector<std::pair<GgmlType, int64_t>> jobs;  // one job: matmul_vec, else matmul_vec_multi
 };
 
 TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
     REQUIRE_GPU();
     VariantGuard guard;
     const TimedCase cases[] = {
-        {"ffn gate+up Q4_K 2560 x 2*9216 (two jobs)", GgmlType::Q4_K, 2560, 9216, 2},
-        {"ffn down   Q6_K 9216 x 2560", GgmlType::Q6_K, 9216, 2560, 1},
-        {"lm head    Q6_K 2560 x 248320", GgmlType::Q6_K, 2560, 248320, 1},
+        {"ffn gate+up Q4_K 2560 x 2*9216 (two jobs)", 2560, {{GgmlType::Q4_K, 9216}, {GgmlType::Q4_K, 9216}}},
+        {"ffn down Q6_K 9216 x 2560", 9216, {{GgmlType::Q6_K, 2560}}},
+        {"proj Q4_K 2560 x 4096", 2560, {{GgmlType::Q4_K, 4096}}},
+        {"mixed Q4_K 2560 x 4096+1024, Q6_K x 1024", 2560,
+         {{GgmlType::Q4_K, 4096}, {GgmlType::Q4_K, 1024}, {GgmlType::Q6_K, 1024}}},
+        {"lm head Q6_K 2560 x 248320", 2560, {{GgmlType::Q6_K, 248320}}},
     };
     for (const TimedCase& c : cases) {
-        const double bytes = double(c.jobs) * double(c.N) * double(row_bytes(c.type, c.K));
+        const int nj = int(c.jobs.size());
+        double bytes = 0;
+        for (const auto& [t, n] : c.jobs) bytes += double(n) * double(row_bytes(t, c.K));
         const int copies = int(std::max(1.0, std::ceil(256e6 / bytes)));
-        std::vector<GpuWeight> ws;
-        for (int i = 0; i < copies * c.jobs; ++i) {
-            if (i < c.jobs) {
-                ws.push_back(make_weight(c.type, c.K, c.N, 500 + uint64_t(i)));
+        std::vector<GpuWeight> ws;  // copy c, job j at c * nj + j
+        for (int i = 0; i < copies * nj; ++i) {
+            const auto [t, n] = c.jobs[size_t(i % nj)];
+            if (i < nj) {
+                ws.push_back(make_weight(t, c.K, n, 500 + uint64_t(i)));
             } else {  // device copies of the first ones: same data, other addresses
-                const GpuWeight& src = ws[size_t(i % c.jobs)];
-                GpuWeight w{c.type, c.K, c.N, {}, std::make_unique<DevBuf>(src.mem->n)};
+                const GpuWeight& src = ws[size_t(i % nj)];
+                GpuWeight w{t, c.K, n, {}, std::make_unique<DevBuf>(src.mem->n)};
                 if (w.mem->p) {
                     CU(cudaMemcpy(w.mem->p, src.mem->p, src.mem->n, cudaMemcpyDeviceToDevice));
                 }
@@ -556,28 +562,28 @@ TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
             }
             if (!ws.back().mem->p) GTEST_SKIP() << "not enough GPU memory for " << c.name;
         }
-        const GpuAct act = make_act(c.type, random_x(c.K, 77));
+        const GpuAct act = make_act(c.jobs[0].first, random_x(c.K, 77));
         std::vector<std::unique_ptr<DevBuf>> ys;
-        for (int j = 0; j < c.jobs; ++j) ys.push_back(std::make_unique<DevBuf>(size_t(c.N) * 4));
+        for (const auto& job : c.jobs) ys.push_back(std::make_unique<DevBuf>(size_t(job.second) * 4));
         double us[4] = {};
         for (int v : {3, 2}) {
             cuda::set_matvec_variant(v);
             us[v] = time_calls(copies, [&](int copy) {
-                if (c.jobs == 1) {
-                    cuda::matmul_vec(ws[size_t(copy)].dw(), act.a, 1, ys[0]->f(), c.N, nullptr, nullptr);
+                if (nj == 1) {
+                    cuda::matmul_vec(ws[size_t(copy)].dw(), act.a, 1, ys[0]->f(), c.jobs[0].second, nullptr, nullptr);
                 } else {
                     cuda::MatvecJob jobs[cuda::kMaxMatvecJobs];
-                    for (int j = 0; j < c.jobs; ++j) {
-                        jobs[j].w = ws[size_t(copy * c.jobs + j)].dw();
+                    for (int j = 0; j < nj; ++j) {
+                        jobs[j].w = ws[size_t(copy * nj + j)].dw();
                         jobs[j].y = ys[size_t(j)]->f();
-                        jobs[j].ldy = c.N;
+                        jobs[j].ldy = c.jobs[size_t(j)].second;
                     }
-                    cuda::matmul_vec_multi(jobs, c.jobs, act.a, 1, nullptr);
+                    cuda::matmul_vec_multi(jobs, nj, act.a, 1, nullptr);
                 }
             });
             CU(cudaGetLastError());
         }
-        std::printf("[ timing ] %-44s %6.1f MB: v3 %8.2f us %7.0f GB/s | v2 %8.2f us %7.0f GB/s (%d weight copies, "
+        std::printf("[ timing ] %-42s %6.1f MB: v3 %8.2f us %6.0f GB/s | v2 %8.2f us %6.0f GB/s (%d weight copies, "
                     "200 back-to-back launches)\n",
                     c.name, bytes / 1e6, us[3], bytes / us[3] / 1e3, us[2], bytes / us[2] / 1e3, copies);
         std::fflush(stdout);

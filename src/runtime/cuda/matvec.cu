@@ -433,9 +433,10 @@ struct Mv3Runs {
     int warp0[kMaxMatvecJobs + 1];
 };
 
-// Registers are capped by the blocks asked per SM: 64 at 8 blocks of 4 warps;
-// Q6_K's unit is twice Q4_K's, so it runs 6 blocks of up to 80 registers
-// (its steps are larger, fewer warps keep as many bytes in flight).
+// Registers are capped by the blocks asked per SM: 64 at 8 blocks of 4 warps.
+// Q6_K's unit holds twice Q4_K's bytes and Q5_K's 1.5 times, so they (and the
+// kernel that holds every type's loop) run 6 blocks of up to 80 registers:
+// their steps are larger, so fewer warps keep as many bytes in flight.
 template <int TYI> constexpr int mv3_min_blocks() {
     return TYI == int(GgmlType::Q6_K) || TYI == int(GgmlType::Q5_K) || TYI < 0 ? 6 : 8;
 }
@@ -443,7 +444,8 @@ template <int TYI> constexpr int mv3_min_blocks() {
 // TYI: the type of every job (as int), or -1 for a batch of several types.
 // Job row0 counts rows from the first job of the job's run.
 template <int TYI>
-__global__ void __launch_bounds__(MV3_WARPS * WARP, mv3_min_blocks<TYI>()) mmv3_kernel(MvBatch b, Mv3Runs runs, ActQ A) {
+__global__ void __launch_bounds__(MV3_WARPS * WARP, mv3_min_blocks<TYI>())
+    mmv3_kernel(MvBatch b, Mv3Runs runs, ActQ A) {
     const int lane = threadIdx.x % WARP;
     const int gw = int(blockIdx.x) * MV3_WARPS + int(threadIdx.x) / WARP;
     int w0 = 0, w1 = runs.warp0[1], j0 = 0, j1 = runs.job0[1];  // this warp's run (static indices only)
