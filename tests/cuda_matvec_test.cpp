@@ -507,6 +507,9 @@ TEST(CudaMatvecLarge, Q6KHeadEqualsOldKernel) {
 
 // Runs `launch(copy)` 200 times over enough copies of the weights that they do
 // not stay in L2 (50 MB on an H100 / H200), returns microseconds per call.
+// Back to back, so v3 (started with programmatic dependent launch on sm_90)
+// overlaps each call's start with the previous one's end, as in a decode step;
+// QINFER_CUDA_PDL=0 times the kernels one after the other.
 template <class F>
 double time_calls(int copies, F&& launch) {
     cudaEvent_t a, b;

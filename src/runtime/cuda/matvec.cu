@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "runtime/cuda/kernels.h"
+#include "runtime/cuda/launch.cuh"
 #include "runtime/cuda/quant_dot.cuh"
 
 namespace qinfer::cuda {
@@ -331,6 +332,8 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
 // loads of the next D - 1 steps in flight while one step computes, across row
 // and job boundaries. Each row is reduced with warp_sum as before, and bias
 // and residual are added the same way, so results are bit-identical to v1 / v2.
+// Started with programmatic dependent launch (launch.cuh): a warp's first
+// weight loads go out before it waits for the previous kernel's results.
 
 constexpr int MV3_WARPS = 4;
 
@@ -414,6 +417,9 @@ __device__ __forceinline__ void mv3_run(const MvBatch& b, int j0, int j1, const 
     };
 #pragma unroll
     for (int k = 0; k < D - 1; ++k) load(buf[k]);
+    // Weights only so far; from here on the activations and the outputs (the
+    // earlier kernels' results; with PDL those may still be running until now).
+    pdl_wait();
     while (!mv3_each(step, std::make_integer_sequence<int, D>{})) {
     }
 }
@@ -446,6 +452,7 @@ template <int TYI> constexpr int mv3_min_blocks() {
 template <int TYI>
 __global__ void __launch_bounds__(MV3_WARPS * WARP, mv3_min_blocks<TYI>())
     mmv3_kernel(MvBatch b, Mv3Runs runs, ActQ A) {
+    pdl_launch_dependents();
     const int lane = threadIdx.x % WARP;
     const int gw = int(blockIdx.x) * MV3_WARPS + int(threadIdx.x) / WARP;
     int w0 = 0, w1 = runs.warp0[1], j0 = 0, j1 = runs.job0[1];  // this warp's run (static indices only)
@@ -532,7 +539,7 @@ void mv3_start(const MvBatch& b, Mv3Runs& runs, const int64_t* run_rows, const d
     }
     runs.warp0[0] = 0;
     for (int r = 0; r < runs.n; ++r) runs.warp0[r + 1] = runs.warp0[r] + int(w[r]);
-    mmv3_kernel<TYI><<<unsigned(blocks), MV3_WARPS * WARP, 0, s>>>(b, runs, act);
+    launch("matmul_vec (v3)", mmv3_kernel<TYI>, dim3(unsigned(blocks)), dim3(MV3_WARPS * WARP), 0, s, b, runs, act);
 }
 
 void mv3_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s) {
