@@ -479,6 +479,59 @@ TEST(CudaMatvecMulti, EmptyJobs) {
               7);
 }
 
+// A chain without host synchronization, as in a decode step: quantize (into
+// one activation buffer), product with the residual epilogue (ping-pong
+// accumulators), again with the other input. With programmatic dependent
+// launch each kernel may start before the previous one ends; every product
+// must still see its own activations and the previous sum.
+TEST(CudaMatvecMulti, DependentChainWithoutSync) {
+    REQUIRE_GPU();
+    VariantGuard guard;
+    const int64_t K = 2560, N = 4097;
+    const GpuWeight w = make_weight(GgmlType::Q4_K, K, N, 31);
+    ASSERT_NE(w.mem->p, nullptr);
+    const std::vector<float> xs[2] = {random_x(K, 32), random_x(K, 33)};
+    std::vector<float> yref[2];
+    for (int i = 0; i < 2; ++i) {  // each input's product, on its own
+        const GpuAct a = make_act(GgmlType::Q4_K, xs[i]);
+        DevBuf y(size_t(N) * 4);
+        cuda::matmul_vec(w.dw(), a.a, 1, y.f(), N, nullptr, nullptr);
+        CU(cudaDeviceSynchronize());
+        yref[i] = get(y, size_t(N));
+    }
+    const cuda::ActKind kind = act_kind(GgmlType::Q4_K);
+    DevBuf x0(size_t(K) * 4), x1(size_t(K) * 4), buf(cuda::act_bytes(kind, K, 1)), y(size_t(N) * 4);
+    DevBuf acc0(size_t(N) * 4), acc1(size_t(N) * 4);
+    CU(cudaMemcpy(x0.p, xs[0].data(), size_t(K) * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(x1.p, xs[1].data(), size_t(K) * 4, cudaMemcpyHostToDevice));
+    std::vector<float> acc(static_cast<size_t>(N));
+    Rng r(34);
+    for (float& v : acc) v = r.normal();
+    CU(cudaMemcpy(acc0.p, acc.data(), size_t(N) * 4, cudaMemcpyHostToDevice));
+    cudaStream_t s = nullptr;
+    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const cuda::ActQ a = cuda::act_view(kind, buf.p, nullptr, K, 1);
+    const int steps = 12;
+    for (int i = 0; i < steps; ++i) {
+        const DevBuf& xi = i % 2 ? x1 : x0;
+        cuda::quantize_act(kind, xi.f(), K, K, 1, buf.p, s);
+        cuda::MatvecJob j;
+        j.w = w.dw();
+        j.y = y.f();
+        j.ldy = N;
+        j.res = (i % 2 ? acc1 : acc0).f();
+        j.res_out = (i % 2 ? acc0 : acc1).f();
+        j.ld_res = j.ld_res_out = N;
+        cuda::matmul_vec_multi(&j, 1, a, 1, s);
+        for (int64_t n = 0; n < N; ++n) acc[size_t(n)] = acc[size_t(n)] + yref[i % 2][size_t(n)];
+    }
+    CU(cudaStreamSynchronize(s));
+    CU(cudaStreamDestroy(s));
+    const std::vector<float> got = get(steps % 2 ? acc1 : acc0, size_t(N));
+    ASSERT_TRUE(same_bits(got, acc)) << "first difference at row " << first_diff(got, acc);
+    ASSERT_TRUE(same_bits(get(y, size_t(N)), yref[(steps - 1) % 2]));
+}
+
 // The LM head shape (Qwen3.5-4B): Q6_K, 2560 x 248320, 521 MB.
 TEST(CudaMatvecLarge, Q6KHeadEqualsOldKernel) {
     REQUIRE_GPU();
