@@ -16,6 +16,11 @@ echo "== where a split decode step spends its time (QINFER_STEP_TIMES, tg64)"
 for ngl in 0 24; do
   QINFER_STEP_TIMES=1 timeout 240 "$Q" bench -m "$f" -p 0 -n 64 -r 2 -t "$T" -ngl "$ngl" -o md 2>&1 | grep -E "^  decode|tg64" | sed "s/^/ngl $ngl /"
 done
+QB="$BUILD/bench/quant_bench"
+[ -x "$QB" ] && timeout 60 "$QB" --benchmark_filter="BM_MemRead/threads:$T/" --benchmark_min_time=0.2 2>&1 | grep -E "^BM_" \
+  | sed -E 's/ +[0-9]+ ns +[0-9]+ ns +[0-9]+//; s/^/host read bandwidth: /'
+# QINFER_PLACEMENT_QUICK=1: the sweep and the split above only.
+[ -n "${QINFER_PLACEMENT_QUICK:-}" ] && exit 0
 echo "== the same prompts without prompt offload (--no-op-offload): pp512"
 for ngl in 0 16 24; do
   timeout 240 "$Q" bench -m "$f" -p 512 -n 0 -r 2 -t "$T" -ngl "$ngl" --no-op-offload -o md 2>"$OUT/ngl-$ngl-nooff.err" | grep -E "pp512" | sed "s/^/ngl $ngl no-offload /" \
