@@ -27,8 +27,8 @@ int matvec_variant() {
     static const int from_env = [] {
         const char* v = std::getenv("QINFER_CUDA_MATVEC");
         if (v && std::strcmp(v, "v1") == 0) return 1;
-        if (v && std::strcmp(v, "v2") == 0) return 2;
-        return 3;
+        if (v && std::strcmp(v, "v3") == 0) return 3;
+        return 2;  // v3 measured slower on the H200 (tg128 374 vs 434 tok/s), see bench/results
     }();
     return from_env;
 }
@@ -52,12 +52,34 @@ WArgs wargs(const DeviceWeight& w) {
     return a;
 }
 
+// Before pdl_wait a product may read only weights: the main section of a
+// warp's row (layout.cpp: bytes per block there) is pulled into L2 while the
+// kernel before it finishes.
+__device__ __forceinline__ void prefetch_row_l2(const WArgs& w, GgmlType type, int64_t row, int lane) {
+    int bb = 0;
+    switch (type) {
+        case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: bb = 16; break;
+        case GgmlType::Q8_0: bb = 32; break;
+        case GgmlType::Q4_K: bb = 144; break;
+        case GgmlType::Q5_K: bb = 176; break;
+        case GgmlType::Q6_K: bb = 208; break;
+        default: return;
+    }
+    const int64_t bytes = w.bpr * bb;
+    const uint8_t* p = w.base + row * bytes;
+    for (int64_t off = int64_t(lane) * 128; off < bytes; off += WARP * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+}
+
 template <GgmlType TY, int NT, bool PIPE = false>
 __global__ void __launch_bounds__(MMV_WARPS * WARP)
 mmv_q_kernel(WArgs w, ActQ A, int64_t N, int T, float* __restrict__ y, int64_t ldy, const float* __restrict__ bias) {
     using Q = QDot<TY>;
     const int64_t row = int64_t(blockIdx.x) * MMV_WARPS + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP;
+    pdl_launch_dependents();
+    if (row < N) prefetch_row_l2(w, TY, row, lane);
+    pdl_wait();
     if (row >= N) return;
     const int tok0 = blockIdx.y * NT;
     int tk[NT];
@@ -130,6 +152,7 @@ mmv_h_kernel(const uint8_t* __restrict__ W, const float* __restrict__ X, int64_t
     constexpr int EPU = H::EPU;
     const int64_t row = int64_t(blockIdx.x) * MMV_WARPS + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP;
+    pdl_enter();
     if (row >= N) return;
     const int tok0 = blockIdx.y * NT;
     float acc[NT];
@@ -169,18 +192,18 @@ void launch_q(const DeviceWeight& w, const ActQ& a, int64_t T, float* y, int64_t
     const dim3 grid(ceil_div(w.N, MMV_WARPS), ceil_div(T, NT));
     if constexpr (TY == GgmlType::Q4_K && NT == 1) {
         if (q4k_pipelined()) {
-            mmv_q_kernel<TY, NT, true><<<grid, MMV_WARPS * WARP, 0, s>>>(wargs(w), a, w.N, int(T), y, ldy, bias);
+            launch("mmv_q_kernel", mmv_q_kernel<TY, NT, true>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, wargs(w), a, w.N, int(T), y, ldy, bias);
             return;
         }
     }
-    mmv_q_kernel<TY, NT><<<grid, MMV_WARPS * WARP, 0, s>>>(wargs(w), a, w.N, int(T), y, ldy, bias);
+    launch("mmv_q_kernel", mmv_q_kernel<TY, NT>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, wargs(w), a, w.N, int(T), y, ldy, bias);
 }
 
 template <GgmlType TY, int NT>
 void launch_h(const DeviceWeight& w, const ActQ& a, int64_t T, float* y, int64_t ldy, const float* bias,
               cudaStream_t s) {
     const dim3 grid(ceil_div(w.N, MMV_WARPS), ceil_div(T, NT));
-    mmv_h_kernel<TY, NT><<<grid, MMV_WARPS * WARP, 0, s>>>(w.data, a.f32, w.K, w.N, int(T), y, ldy, bias);
+    launch("mmv_h_kernel", mmv_h_kernel<TY, NT>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, w.data, a.f32, w.K, w.N, int(T), y, ldy, bias);
 }
 
 template <GgmlType TY, template <GgmlType, int> class L>
@@ -289,6 +312,9 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
     const MvJobDev& j = b.job[ji];
     const int64_t row = int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP;
+    pdl_launch_dependents();
+    if (row < j.N) prefetch_row_l2(j.w, GgmlType(j.type), row, lane);
+    pdl_wait();
     if (row >= j.N) return;
     float acc[NT];
 #pragma unroll
@@ -645,12 +671,12 @@ void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_
     const dim3 grid(static_cast<unsigned>(blocks));
     switch (T) {
         case 1:
-            if (q4k_pipelined()) mmv_multi_kernel<1, true><<<grid, MMV_WARPS * WARP, 0, s>>>(b, act, int(T));
-            else mmv_multi_kernel<1><<<grid, MMV_WARPS * WARP, 0, s>>>(b, act, int(T));
+            if (q4k_pipelined()) launch("mmv_multi_kernel", mmv_multi_kernel<1, true>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act, int(T));
+            else launch("mmv_multi_kernel", mmv_multi_kernel<1>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act, int(T));
             break;
-        case 2: mmv_multi_kernel<2><<<grid, MMV_WARPS * WARP, 0, s>>>(b, act, int(T)); break;
-        case 3: case 4: mmv_multi_kernel<4><<<grid, MMV_WARPS * WARP, 0, s>>>(b, act, int(T)); break;
-        default: mmv_multi_kernel<8><<<grid, MMV_WARPS * WARP, 0, s>>>(b, act, int(T)); break;
+        case 2: launch("mmv_multi_kernel", mmv_multi_kernel<2>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act, int(T)); break;
+        case 3: case 4: launch("mmv_multi_kernel", mmv_multi_kernel<4>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act, int(T)); break;
+        default: launch("mmv_multi_kernel", mmv_multi_kernel<8>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act, int(T)); break;
     }
     QINFER_CUDA_LAUNCHED("matmul_vec_multi");
 }
