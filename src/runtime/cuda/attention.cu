@@ -56,8 +56,8 @@ void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_
 }
 
 // Splits of the key range launched for decode: enough blocks to keep every SM
-// streaming K/V at long contexts (a split covers >= 64 keys of the capacity,
-// at most 128 splits); those past a short context exit at once.
+// streaming K/V at long contexts (a split covers >= ATTN_SPLIT_ALIGN keys of
+// the capacity, at most 128 splits); those past a short context exit at once.
 int attention_splits(int64_t T, int64_t max_ctx) {
     if (T > 4) return 1;
     const int64_t n = (max_ctx + ATTN_SPLIT_ALIGN - 1) / ATTN_SPLIT_ALIGN;
