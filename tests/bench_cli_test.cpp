@@ -117,3 +117,23 @@ TEST(BenchCli, OpOffloadFlags) {
         EXPECT_EQ(j[0]["placement"].get<std::string>().find("prompts of"), std::string::npos) << flag;
     }
 }
+
+// QINFER_CPU_PROFILE=1: the CPU backend prints its per-op table when the model
+// is released, with the decode products under their type and shape.
+TEST(BenchCli, CpuOpProfile) {
+    if (!reference_available()) GTEST_SKIP() << "reference models not available";
+    const std::string m = reference_path("tiny-qwen35.q8_0.gguf");
+    set_env("QINFER_CPU_PROFILE", "1");
+    std::string out;
+    const int rc = run_command(quote(qinfer_binary()) + " bench -m " + quote(m) + " -p 0 -n 4 -r 1 -t 2 -ngl 0 2>&1",
+                               &out);
+    unset_env("QINFER_CPU_PROFILE");
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("CPU op profile"), std::string::npos) << out;
+    EXPECT_NE(out.find("matmul T=1 Q8_0"), std::string::npos) << out;
+    EXPECT_NE(out.find("gated_delta_rule"), std::string::npos) << out;
+    // and nothing of it without the switch
+    out.clear();
+    ASSERT_EQ(run_command(quote(qinfer_binary()) + " bench -m " + quote(m) + " -p 0 -n 4 -r 1 -t 2 -ngl 0 2>&1", &out), 0);
+    EXPECT_EQ(out.find("CPU op profile"), std::string::npos) << out;
+}
