@@ -289,6 +289,22 @@ struct MvBatch {
     int n;
 };
 
+// A job as the kernels see it (block0 / row0 are set by the launcher).
+MvJobDev job_dev(const MatvecJob& j) {
+    MvJobDev d{};
+    d.w = wargs(j.w);
+    d.N = j.w.N;
+    d.y = j.y;
+    d.ldy = j.ldy;
+    d.bias = j.bias;
+    d.res = j.res;
+    d.res_out = j.res_out;
+    d.ld_res = j.ld_res;
+    d.ld_res_out = j.ld_res_out;
+    d.type = int(j.w.type);
+    return d;
+}
+
 template <GgmlType TY, int NT>
 __device__ __forceinline__ void mv_rows(const MvJobDev& j, const ActQ& A, int64_t row, int T, int lane, float (&acc)[NT]) {
     using Q = QDot<TY>;
@@ -586,16 +602,7 @@ void mv3_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t
             rows = 0;
         }
         MvJobDev& d = b.job[i];
-        d.w = wargs(j.w);
-        d.N = j.w.N;
-        d.y = j.y;
-        d.ldy = j.ldy;
-        d.bias = j.bias;
-        d.res = j.res;
-        d.res_out = j.res_out;
-        d.ld_res = j.ld_res;
-        d.ld_res_out = j.ld_res_out;
-        d.type = int(j.w.type);
+        d = job_dev(j);
         d.row0 = rows;
         rows += j.w.N;
         if (rows >= (int64_t(1) << 31)) fail(strfmt("CUDA matvec: %lld rows", (long long)rows));
@@ -650,16 +657,7 @@ void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_
         const MatvecJob& j = jobs[i];
         if (!matvec_multi_supports(j.w.type)) fail(strfmt("CUDA matvec batch: type %s", type_name(j.w.type)));
         MvJobDev& d = b.job[i];
-        d.w = wargs(j.w);
-        d.N = j.w.N;
-        d.y = j.y;
-        d.ldy = j.ldy;
-        d.bias = j.bias;
-        d.res = j.res;
-        d.res_out = j.res_out;
-        d.ld_res = j.ld_res;
-        d.ld_res_out = j.ld_res_out;
-        d.type = int(j.w.type);
+        d = job_dev(j);
         d.block0 = blocks;
         blocks += ceil_div(j.w.N, MMV_WARPS);
     }

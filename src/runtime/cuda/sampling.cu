@@ -137,6 +137,23 @@ __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(const float* __restr
 
 std::atomic<int> g_cluster_override{0};
 
+// Launch configuration of `rows` clusters of `cs` argmax blocks each; `attr`
+// holds the cluster shape the configuration points to.
+cudaLaunchConfig_t cluster_config(int cs, int64_t rows, cudaStream_t s, cudaLaunchAttribute& attr) {
+    attr = {};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = unsigned(cs);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(rows * cs));
+    cfg.blockDim = dim3(AM_THREADS);
+    cfg.stream = s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
 // Blocks per row for the current device: the largest cluster (16, 8, 4) of
 // which at least one fits, or 1 where clusters are unavailable. Found once per device.
 int auto_cluster_size() {
@@ -155,16 +172,8 @@ int auto_cluster_size() {
         if (cudaFuncSetAttribute(argmax_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
             cudaGetLastError();  // portable sizes (<= 8) only
         for (int c = AM_MAX_CLUSTER; c >= 4; c /= 2) {
-            cudaLaunchConfig_t cfg = {};
-            cudaLaunchAttribute attr = {};
-            attr.id = cudaLaunchAttributeClusterDimension;
-            attr.val.clusterDim.x = unsigned(c);
-            attr.val.clusterDim.y = 1;
-            attr.val.clusterDim.z = 1;
-            cfg.gridDim = dim3(unsigned(c));
-            cfg.blockDim = dim3(AM_THREADS);
-            cfg.attrs = &attr;
-            cfg.numAttrs = 1;
+            cudaLaunchAttribute attr;
+            const cudaLaunchConfig_t cfg = cluster_config(c, 1, nullptr, attr);
             int fits = 0;
             if (cudaOccupancyMaxActiveClusters(&fits, argmax_kernel, &cfg) == cudaSuccess && fits > 0) {
                 cs = c;
@@ -190,18 +199,8 @@ void argmax_rows(const float* logits, int64_t ld, int64_t n, int64_t T, int32_t*
     if (cs == 1) {
         argmax_kernel<<<static_cast<unsigned>(T), AM_THREADS, 0, s>>>(logits, ld, int(n), 1, ids);
     } else {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr = {};
-        attr.id = cudaLaunchAttributeClusterDimension;
-        attr.val.clusterDim.x = unsigned(cs);
-        attr.val.clusterDim.y = 1;
-        attr.val.clusterDim.z = 1;
-        cfg.gridDim = dim3(static_cast<unsigned>(T * cs));
-        cfg.blockDim = dim3(AM_THREADS);
-        cfg.dynamicSmemBytes = 0;
-        cfg.stream = s;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
+        cudaLaunchAttribute attr;
+        const cudaLaunchConfig_t cfg = cluster_config(cs, T, s, attr);
         QINFER_CUDA_CHECK(cudaLaunchKernelEx(&cfg, argmax_kernel, logits, ld, int(n), cs, ids));
     }
     QINFER_CUDA_LAUNCHED("argmax");
