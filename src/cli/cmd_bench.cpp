@@ -386,8 +386,7 @@ int cmd_bench(int argc, char** argv) {
             const int n_vocab = info.n_vocab;
             const std::string size_label(model.file().get_string("general.size_label").value_or("?B"));
             // Layers on the CPU only (prompt offload may still run prompts on the GPU).
-            const size_t offload_at = info.backend.find(", prompts of");
-            const bool on_cpu = info.backend.substr(0, offload_at).find("CUDA") == std::string::npos;
+            const bool on_cpu = model.layers_on_host();
             const uint64_t decode_bytes = decode_weight_bytes(model);
             if (on_cpu && any_tg && !bandwidth.count(threads)) bandwidth[threads] = measure_read_bandwidth(threads);
             std::vector<Row> tests;
@@ -412,7 +411,7 @@ int cmd_bench(int argc, char** argv) {
                 r.model = info.arch + " " + size_label + " " + info.file_type;
                 r.size = human_size(info.file_bytes);
                 r.params = human_params(info.n_params);
-                r.backend = !on_cpu ? "CUDA" : offload_at == std::string::npos ? "CPU" : "CPU+GPU prompts";
+                r.backend = !on_cpu ? "CUDA" : model.offloads_prompts() ? "CPU+GPU prompts" : "CPU";
                 r.placement = info.backend;
                 r.decode_bytes = decode_bytes;
                 r.mem_bw_gbs = on_cpu && r.is_tg() ? bandwidth[threads] : 0.0;

@@ -60,6 +60,12 @@ public:
     }
     std::string backend_description() const override;
     uint64_t offloaded_batches() const override { return offloaded_batches_; }
+    bool layers_on_host() const override {
+        for (int bi : placement_.layer)
+            if (!backend(bi).host_memory()) return false;
+        return true;
+    }
+    bool offloads_prompts() const override { return offload_ != nullptr; }
 
 private:
     struct PerBackend {

@@ -99,6 +99,11 @@ public:
     virtual std::string backend_description() const = 0;
     // Forward passes that ran host-memory layers on the GPU (prompt offload).
     virtual uint64_t offloaded_batches() const { return 0; }
+    // Every layer is kept on a host-memory backend (decode reads host memory),
+    // whether or not long prompts are offloaded to a GPU.
+    virtual bool layers_on_host() const = 0;
+    // Long prompts run host-memory layers on a GPU (Placement::offload).
+    virtual bool offloads_prompts() const = 0;
 };
 
 }  // namespace qinfer
