@@ -21,21 +21,27 @@ int BatchStep::run(const std::vector<Sequence*>& seqs) {
         if (s->prefilling()) take(s);
     if (batch_.size() == 0) return 0;
 
-    // Greedy sequences only: the backend picks the tokens, no logits come back.
-    bool argmax = !want_.empty();
-    for (const Sequence* s : want_) argmax = argmax && s->picks_argmax();
-    if (argmax) {
-        model_.forward_argmax(batch_, ids_);
-        if (ids_.size() != want_.size())
-            fail(strfmt("model returned %zu tokens for %zu rows", ids_.size(), want_.size()));
+    bool greedy = !want_.empty();
+    for (const Sequence* s : want_) greedy = greedy && s->picks_argmax();
+    if (forward_rows(model_, batch_, want_.size(), greedy, ids_, logits_))
         for (size_t i = 0; i < want_.size(); i++) want_[i]->on_token(ids_[i]);
-        return int(batch_.size());
-    }
-    model_.forward(batch_, logits_);
-    if (logits_.size() != want_.size() * n_vocab)
-        fail(strfmt("model returned %zu logits for %zu rows of %zu", logits_.size(), want_.size(), n_vocab));
-    for (size_t i = 0; i < want_.size(); i++) want_[i]->on_logits(logits_.data() + i * n_vocab);
+    else
+        for (size_t i = 0; i < want_.size(); i++) want_[i]->on_logits(logits_.data() + i * n_vocab);
     return int(batch_.size());
+}
+
+bool forward_rows(Model& model, const Batch& batch, size_t n_rows, bool all_greedy, std::vector<int32_t>& ids,
+                  std::vector<float>& logits) {
+    if (all_greedy) {
+        model.forward_argmax(batch, ids);
+        if (ids.size() != n_rows) fail(strfmt("model returned %zu tokens for %zu rows", ids.size(), n_rows));
+        return true;
+    }
+    model.forward(batch, logits);
+    const size_t n_vocab = size_t(model.hparams().n_vocab);
+    if (logits.size() != n_rows * n_vocab)
+        fail(strfmt("model returned %zu logits for %zu rows of %zu", logits.size(), n_rows, n_vocab));
+    return false;
 }
 
 }  // namespace qinfer

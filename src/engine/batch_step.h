@@ -15,6 +15,13 @@
 
 namespace qinfer {
 
+// One forward pass whose `n_rows` output rows belong to sequences that are
+// all greedy (`all_greedy`: the backend picks the tokens, one id per row comes
+// back in `ids`) or not (`logits`, n_rows x n_vocab). Returns whether ids came
+// back; throws Error when the model returns another number of rows.
+bool forward_rows(Model& model, const Batch& batch, size_t n_rows, bool all_greedy, std::vector<int32_t>& ids,
+                  std::vector<float>& logits);
+
 class BatchStep {
 public:
     explicit BatchStep(Model& model) : model_(model) {}

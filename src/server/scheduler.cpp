@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "engine/batch_step.h"
 #include "tokenizer/tokenizer.h"
 
 namespace qinfer::server {
@@ -263,19 +264,12 @@ bool Scheduler::step() {
     }
     // Only greedy requests waiting for a token: the backend picks them and
     // sends back one id per row instead of n_vocab floats.
-    bool argmax = !want.empty();
-    for (const Slot* s : want) argmax = argmax && s->seq->picks_argmax();
+    bool greedy = !want.empty();
+    for (const Slot* s : want) greedy = greedy && s->seq->picks_argmax();
     const auto t_forward = Clock::now();
+    bool argmax = false;
     try {
-        if (argmax) {
-            model_.forward_argmax(batch_, ids_);
-            if (ids_.size() != want.size())
-                fail(strfmt("model returned %zu tokens for %zu rows", ids_.size(), want.size()));
-        } else {
-            model_.forward(batch_, logits_);
-            if (logits_.size() != want.size() * size_t(n_vocab_))
-                fail(strfmt("model returned %zu logits for %zu rows", logits_.size(), want.size()));
-        }
+        argmax = forward_rows(model_, batch_, want.size(), greedy, ids_, logits_);
     } catch (const std::exception& e) {
         for (Slot* s : touched) fail_slot(*s, std::string("model error: ") + e.what());
         return true;
