@@ -103,7 +103,7 @@ void BM_Matvec(benchmark::State& st) {
 // kernel, to compare with the DRAM numbers above.
 void BM_MatvecL2(benchmark::State& st) {
     const auto t = GgmlType(st.range(0));
-    const int64_t K = 2560, N = std::max<int64_t>(16, int64_t((384 << 10) / row_bytes(t, K)));
+    const int64_t K = st.range(1), N = std::max<int64_t>(16, int64_t((384 << 10) / row_bytes(t, K)));
     const Weights& w = weights(t, K, N, false);
     std::vector<float> x(static_cast<size_t>(K), 0.5f), y(static_cast<size_t>(N));
     for (auto _ : st) {
@@ -202,10 +202,8 @@ BENCHMARK(BM_MemRead)
 BENCHMARK(BM_Memcpy)->UseRealTime();
 BENCHMARK(BM_Matvec)->Apply(matvec_args)->UseRealTime();
 BENCHMARK(BM_MatvecL2)
-    ->Arg(int64_t(GgmlType::Q4_K))
-    ->Arg(int64_t(GgmlType::Q6_K))
-    ->Arg(int64_t(GgmlType::Q8_0))
-    ->Arg(int64_t(GgmlType::F16))
-    ->ArgName("type");
+    ->ArgsProduct({{int64_t(GgmlType::Q4_K), int64_t(GgmlType::Q6_K), int64_t(GgmlType::Q8_0), int64_t(GgmlType::F16)},
+                   {2560, 9216}})
+    ->ArgNames({"type", "K"});
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Matmul)->Name("BM_MatmulSmallT")->Apply(matmul_small_args)->UseRealTime()->Unit(benchmark::kMillisecond);
