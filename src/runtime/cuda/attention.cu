@@ -8,10 +8,11 @@
 // splits launched depends only on the cache capacity, never on the current
 // length, so a captured decode step stays valid as the context grows: both
 // kernels read the length (pos) on the device and use only the first
-// ceil(n / chunk) splits, chunk = n / splits rounded up to 64 keys. The others
-// exit at once, and when one split covers the context it writes the output
-// itself and the merge kernel exits at once too: a 5-key context costs one
-// block per kv head and a few memory round trips, whatever the capacity.
+// ceil(n / chunk) splits, chunk = n / splits rounded up to ATTN_SPLIT_ALIGN
+// keys. The others exit at once, and when one split covers the context it
+// writes the output itself and the merge kernel exits at once too: a 5-key
+// context costs one block per kv head and a few memory round trips, whatever
+// the capacity.
 #include "common/error.h"
 #include "runtime/cuda/attention_impl.cuh"
 #include "runtime/cuda/kernels.h"
@@ -47,11 +48,11 @@ void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_
     if (T == 0) return;
     const dim3 grid(unsigned(ceil_div(kv.n_kv * kv.d, 256)), unsigned(T));
     if (kv.f16)
-        launch("kv_store_kernel", kv_store_kernel<__half>, dim3(grid), dim3(256), 0, s, k, v, static_cast<__half*>(kv.k), static_cast<__half*>(kv.v),
-                                                     kv.d, kv.n_kv, kv.n_ctx, pos, slot);
+        launch("kv_store_kernel", kv_store_kernel<__half>, dim3(grid), dim3(256), 0, s, k, v,
+                static_cast<__half*>(kv.k), static_cast<__half*>(kv.v), kv.d, kv.n_kv, kv.n_ctx, pos, slot);
     else
-        launch("kv_store_kernel", kv_store_kernel<float>, dim3(grid), dim3(256), 0, s, k, v, static_cast<float*>(kv.k), static_cast<float*>(kv.v),
-                                                    kv.d, kv.n_kv, kv.n_ctx, pos, slot);
+        launch("kv_store_kernel", kv_store_kernel<float>, dim3(grid), dim3(256), 0, s, k, v,
+                static_cast<float*>(kv.k), static_cast<float*>(kv.v), kv.d, kv.n_kv, kv.n_ctx, pos, slot);
     QINFER_CUDA_LAUNCHED("kv_store");
 }
 
@@ -125,9 +126,12 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     if (ns > 1) {
         const dim3 grid(static_cast<unsigned>(n_head), unsigned(T), unsigned(kv.d / ATTN_COMBINE_COLS));
         switch (kv.d) {
-            case 64: launch("attn_combine_kernel", attn_combine_kernel<64>, dim3(grid), dim3(ATTN_THREADS), 0, s, a.work, ns, pos, out); break;
-            case 128: launch("attn_combine_kernel", attn_combine_kernel<128>, dim3(grid), dim3(ATTN_THREADS), 0, s, a.work, ns, pos, out); break;
-            default: launch("attn_combine_kernel", attn_combine_kernel<256>, dim3(grid), dim3(ATTN_THREADS), 0, s, a.work, ns, pos, out); break;
+            case 64: launch("attn_combine_kernel", attn_combine_kernel<64>, dim3(grid), dim3(ATTN_THREADS), 0, s,
+                    a.work, ns, pos, out); break;
+            case 128: launch("attn_combine_kernel", attn_combine_kernel<128>, dim3(grid), dim3(ATTN_THREADS), 0, s,
+                    a.work, ns, pos, out); break;
+            default: launch("attn_combine_kernel", attn_combine_kernel<256>, dim3(grid), dim3(ATTN_THREADS), 0, s,
+                    a.work, ns, pos, out); break;
         }
         QINFER_CUDA_LAUNCHED("attention combine");
     }

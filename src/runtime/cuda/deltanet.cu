@@ -538,11 +538,16 @@ void conv1d_silu(const float* x, int64_t ldx, const float* w, int K, int64_t C, 
     const dim3 grid(static_cast<unsigned>(ceil_div(C, CONV_THREADS)),
                     static_cast<unsigned>(std::max(1, ceil_div(max_seg_len, CONV_TT))), static_cast<unsigned>(n_seg));
     switch (K) {
-        case 2: launch("conv1d_silu_kernel", conv1d_silu_kernel<2>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w, C, state, seg, out, ldo); break;
-        case 3: launch("conv1d_silu_kernel", conv1d_silu_kernel<3>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w, C, state, seg, out, ldo); break;
-        case 4: launch("conv1d_silu_kernel", conv1d_silu_kernel<4>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w, C, state, seg, out, ldo); break;
-        case 5: launch("conv1d_silu_kernel", conv1d_silu_kernel<5>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w, C, state, seg, out, ldo); break;
-        case 6: launch("conv1d_silu_kernel", conv1d_silu_kernel<6>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w, C, state, seg, out, ldo); break;
+        case 2: launch("conv1d_silu_kernel", conv1d_silu_kernel<2>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w,
+                C, state, seg, out, ldo); break;
+        case 3: launch("conv1d_silu_kernel", conv1d_silu_kernel<3>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w,
+                C, state, seg, out, ldo); break;
+        case 4: launch("conv1d_silu_kernel", conv1d_silu_kernel<4>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w,
+                C, state, seg, out, ldo); break;
+        case 5: launch("conv1d_silu_kernel", conv1d_silu_kernel<5>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w,
+                C, state, seg, out, ldo); break;
+        case 6: launch("conv1d_silu_kernel", conv1d_silu_kernel<6>, dim3(grid), dim3(CONV_THREADS), 0, s, x, ldx, w,
+                C, state, seg, out, ldo); break;
         default: fail(strfmt("CUDA conv1d: kernel size %d not supported (2..6)", K));
     }
     QINFER_CUDA_LAUNCHED("conv1d_silu");
@@ -577,10 +582,14 @@ void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max
     const dim3 grid(static_cast<unsigned>(ceil_div(a.dv, rows_per_block)), static_cast<unsigned>(a.Hv),
                     static_cast<unsigned>(n_seg));
     switch (a.dk) {
-        case 32: launch("gdr_seq_kernel", gdr_seq_kernel<1>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg, serial_max); break;
-        case 64: launch("gdr_seq_kernel", gdr_seq_kernel<2>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg, serial_max); break;
-        case 128: launch("gdr_seq_kernel", gdr_seq_kernel<4>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg, serial_max); break;
-        case 256: launch("gdr_seq_kernel", gdr_seq_kernel<8>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg, serial_max); break;
+        case 32: launch("gdr_seq_kernel", gdr_seq_kernel<1>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg,
+                serial_max); break;
+        case 64: launch("gdr_seq_kernel", gdr_seq_kernel<2>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg,
+                serial_max); break;
+        case 128: launch("gdr_seq_kernel", gdr_seq_kernel<4>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg,
+                serial_max); break;
+        case 256: launch("gdr_seq_kernel", gdr_seq_kernel<8>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg,
+                serial_max); break;
         default: fail(strfmt("CUDA delta rule: key head dim %d not supported (32, 64, 128, 256)", a.dk));
     }
     QINFER_CUDA_LAUNCHED("gated_delta_rule");

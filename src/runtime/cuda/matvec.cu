@@ -192,18 +192,21 @@ void launch_q(const DeviceWeight& w, const ActQ& a, int64_t T, float* y, int64_t
     const dim3 grid(ceil_div(w.N, MMV_WARPS), ceil_div(T, NT));
     if constexpr (TY == GgmlType::Q4_K && NT == 1) {
         if (q4k_pipelined()) {
-            launch("mmv_q_kernel", mmv_q_kernel<TY, NT, true>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, wargs(w), a, w.N, int(T), y, ldy, bias);
+            launch("mmv_q_kernel", mmv_q_kernel<TY, NT, true>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, wargs(w), a,
+                    w.N, int(T), y, ldy, bias);
             return;
         }
     }
-    launch("mmv_q_kernel", mmv_q_kernel<TY, NT>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, wargs(w), a, w.N, int(T), y, ldy, bias);
+    launch("mmv_q_kernel", mmv_q_kernel<TY, NT>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, wargs(w), a, w.N, int(T),
+            y, ldy, bias);
 }
 
 template <GgmlType TY, int NT>
 void launch_h(const DeviceWeight& w, const ActQ& a, int64_t T, float* y, int64_t ldy, const float* bias,
               cudaStream_t s) {
     const dim3 grid(ceil_div(w.N, MMV_WARPS), ceil_div(T, NT));
-    launch("mmv_h_kernel", mmv_h_kernel<TY, NT>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, w.data, a.f32, w.K, w.N, int(T), y, ldy, bias);
+    launch("mmv_h_kernel", mmv_h_kernel<TY, NT>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, w.data, a.f32, w.K, w.N,
+            int(T), y, ldy, bias);
 }
 
 template <GgmlType TY, template <GgmlType, int> class L>
@@ -669,12 +672,17 @@ void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_
     const dim3 grid(static_cast<unsigned>(blocks));
     switch (T) {
         case 1:
-            if (q4k_pipelined()) launch("mmv_multi_kernel", mmv_multi_kernel<1, true>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act, int(T));
-            else launch("mmv_multi_kernel", mmv_multi_kernel<1>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act, int(T));
+            if (q4k_pipelined()) launch("mmv_multi_kernel", mmv_multi_kernel<1, true>, dim3(grid),
+                    dim3(MMV_WARPS * WARP), 0, s, b, act, int(T));
+            else launch("mmv_multi_kernel", mmv_multi_kernel<1>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act,
+                    int(T));
             break;
-        case 2: launch("mmv_multi_kernel", mmv_multi_kernel<2>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act, int(T)); break;
-        case 3: case 4: launch("mmv_multi_kernel", mmv_multi_kernel<4>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act, int(T)); break;
-        default: launch("mmv_multi_kernel", mmv_multi_kernel<8>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act, int(T)); break;
+        case 2: launch("mmv_multi_kernel", mmv_multi_kernel<2>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act,
+                int(T)); break;
+        case 3: case 4: launch("mmv_multi_kernel", mmv_multi_kernel<4>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b,
+                act, int(T)); break;
+        default: launch("mmv_multi_kernel", mmv_multi_kernel<8>, dim3(grid), dim3(MMV_WARPS * WARP), 0, s, b, act,
+                int(T)); break;
     }
     QINFER_CUDA_LAUNCHED("matmul_vec_multi");
 }

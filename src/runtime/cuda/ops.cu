@@ -299,7 +299,8 @@ void launch_norm(Rows x, Rows z, const float* w, float eps, Rows y, cudaStream_t
         launch_reg_norm<KIND, 0>(j, nullptr, 1, ActOutPtrs{}, s);
     } else if (x.n <= 512) {
         const int warps = 8;
-        launch("norm_kernel", norm_kernel<KIND, true>, dim3(ceil_div(rows, warps)), dim3(warps * WARP), 0, s, x, z, w, eps, y, rows);
+        launch("norm_kernel", norm_kernel<KIND, true>, dim3(ceil_div(rows, warps)), dim3(warps * WARP), 0, s, x, z, w,
+                eps, y, rows);
     } else {
         launch("norm_kernel", norm_kernel<KIND, false>, dim3(unsigned(rows)), dim3(256), 0, s, x, z, w, eps, y, rows);
     }
@@ -564,13 +565,19 @@ void gate_quantize(Gate op, Rows a, Rows b, Rows y, const ActDest& q, cudaStream
     const int warps = 8;
     const unsigned grid = unsigned(ceil_div(q.T * ((q.K + 255) / 256), warps));
     if (op == Gate::Swiglu) {
-        if (qk == 1) launch("gate_quant_kernel", gate_quant_kernel<Ew::Swiglu, 1>, dim3(grid), dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
-        else if (qk == 2) launch("gate_quant_kernel", gate_quant_kernel<Ew::Swiglu, 2>, dim3(grid), dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
-        else launch("gate_quant_kernel", gate_quant_kernel<Ew::Swiglu, 3>, dim3(grid), dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
+        if (qk == 1) launch("gate_quant_kernel", gate_quant_kernel<Ew::Swiglu, 1>, dim3(grid), dim3(warps * WARP), 0,
+                s, a, b, y, q.K, q.T, o);
+        else if (qk == 2) launch("gate_quant_kernel", gate_quant_kernel<Ew::Swiglu, 2>, dim3(grid),
+                dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
+        else launch("gate_quant_kernel", gate_quant_kernel<Ew::Swiglu, 3>, dim3(grid), dim3(warps * WARP), 0, s, a, b,
+                y, q.K, q.T, o);
     } else {
-        if (qk == 1) launch("gate_quant_kernel", gate_quant_kernel<Ew::SigmoidMul, 1>, dim3(grid), dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
-        else if (qk == 2) launch("gate_quant_kernel", gate_quant_kernel<Ew::SigmoidMul, 2>, dim3(grid), dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
-        else launch("gate_quant_kernel", gate_quant_kernel<Ew::SigmoidMul, 3>, dim3(grid), dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
+        if (qk == 1) launch("gate_quant_kernel", gate_quant_kernel<Ew::SigmoidMul, 1>, dim3(grid), dim3(warps * WARP),
+                0, s, a, b, y, q.K, q.T, o);
+        else if (qk == 2) launch("gate_quant_kernel", gate_quant_kernel<Ew::SigmoidMul, 2>, dim3(grid),
+                dim3(warps * WARP), 0, s, a, b, y, q.K, q.T, o);
+        else launch("gate_quant_kernel", gate_quant_kernel<Ew::SigmoidMul, 3>, dim3(grid), dim3(warps * WARP), 0, s,
+                a, b, y, q.K, q.T, o);
     }
     QINFER_CUDA_LAUNCHED("gate_quantize");
 }
@@ -578,8 +585,8 @@ void gate_quantize(Gate op, Rows a, Rows b, Rows y, const ActDest& q, cudaStream
 void rope_neox(Rows x, const int32_t* pos, int n_rot, float base, float freq_scale, cudaStream_t s) {
     if (x.n2 == 0 || n_rot == 0) return;
     if (n_rot % 2 || n_rot > x.n) fail(strfmt("CUDA rope: n_rot %d does not fit rows of %lld", n_rot, (long long)x.n));
-    launch("rope_kernel", rope_kernel, dim3(unsigned(x.n2)), dim3(128), size_t(n_rot) * sizeof(float), s, x, pos, n_rot, double(base),
-                                                                            double(freq_scale));
+    launch("rope_kernel", rope_kernel, dim3(unsigned(x.n2)), dim3(128), size_t(n_rot) * sizeof(float), s, x, pos,
+            n_rot, double(base), double(freq_scale));
     QINFER_CUDA_LAUNCHED("rope_neox");
 }
 

@@ -141,13 +141,16 @@ void quantize_act(ActKind k, const float* x, int64_t ldx, int64_t K, int64_t T, 
     const int warps = 8;
     if (k == ActKind::Q8_K) {
         const int64_t nb = T * (K / 256);
-        launch("quantize_q8_K_kernel", quantize_q8_K_kernel, dim3(ceil_div(nb, warps)), dim3(warps * WARP), 0, s, x, ldx, K, nb, qs, d, bsum);
+        launch("quantize_q8_K_kernel", quantize_q8_K_kernel, dim3(ceil_div(nb, warps)), dim3(warps * WARP), 0, s, x,
+                ldx, K, nb, qs, d, bsum);
     } else {
         const int64_t nb = T * (K / 32);
         if (k == ActKind::Q8_1)
-            launch("quantize_q8_0_kernel", quantize_q8_0_kernel<true>, dim3(ceil_div(nb, warps)), dim3(warps * WARP), 0, s, x, ldx, K, nb, qs, d, sm, bsum);
+            launch("quantize_q8_0_kernel", quantize_q8_0_kernel<true>, dim3(ceil_div(nb, warps)), dim3(warps * WARP),
+                    0, s, x, ldx, K, nb, qs, d, sm, bsum);
         else
-            launch("quantize_q8_0_kernel", quantize_q8_0_kernel<false>, dim3(ceil_div(nb, warps)), dim3(warps * WARP), 0, s, x, ldx, K, nb, qs, d, sm, bsum);
+            launch("quantize_q8_0_kernel", quantize_q8_0_kernel<false>, dim3(ceil_div(nb, warps)), dim3(warps * WARP),
+                    0, s, x, ldx, K, nb, qs, d, sm, bsum);
     }
     QINFER_CUDA_LAUNCHED("quantize_act");
 }
@@ -155,7 +158,8 @@ void quantize_act(ActKind k, const float* x, int64_t ldx, int64_t K, int64_t T, 
 void convert_rows(const float* x, int64_t ldx, int64_t K, int64_t T, GgmlType to, void* out, cudaStream_t s) {
     const int64_t n = K * T;
     if (n == 0) return;
-    launch("to_half_kernel", to_half_kernel, dim3(ceil_div(n, 256)), dim3(256), 0, s, x, ldx, K, n, to == GgmlType::BF16, static_cast<uint16_t*>(out));
+    launch("to_half_kernel", to_half_kernel, dim3(ceil_div(n, 256)), dim3(256), 0, s, x, ldx, K, n,
+            to == GgmlType::BF16, static_cast<uint16_t*>(out));
     QINFER_CUDA_LAUNCHED("convert_rows");
 }
 
