@@ -186,6 +186,31 @@ TEST(QuantMatmul, GroupEqualsSeparateProducts) {
     EXPECT_NO_THROW(cpu_matmul_check(GgmlType::Q4_K, 256, 2, 2));
 }
 
+// Decode of long K-quant rows runs each row in chunks of super-blocks,
+// interleaved with the task's other rows: the result must be bit-identical to
+// one pass per row (the same rows as part of a two-token product, which takes
+// the dot kernels' one-pass path), on every level and thread count.
+TEST(QuantMatmul, LongRowsInChunksEqualOnePass) {
+    ThreadPool one(1), three(3);
+    for (GgmlType wt : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
+        for (int64_t K : {4096, 9216, 6400}) {  // 4096: one pass; 6400 = 25 super-blocks: a short last chunk
+            const Problem p = make_problem(wt, K, 37, 1, uint32_t(K) + uint32_t(wt));
+            std::vector<float> x2(p.x);
+            x2.insert(x2.end(), p.x.begin(), p.x.end());
+            for (Isa isa : kernels::supported_isas()) {
+                std::vector<float> pair(size_t(2 * p.N));
+                kernels::matmul_isa(isa, wt, p.W.data(), K, p.N, x2.data(), 2, pair.data(), p.N, one,
+                                    kernels::TilePath::Dot);
+                for (ThreadPool* pool : {&one, &three}) {
+                    const std::vector<float> y = run(p, isa, *pool, 0);
+                    for (int64_t o = 0; o < p.N; ++o)
+                        ASSERT_EQ(y[size_t(o)], pair[size_t(o)])
+                            << type_name(wt) << " K=" << K << " row " << o << " " << kernels::isa_name(isa);
+                }
+            }
+        }
+}
+
 TEST(QuantMatmul, BadInputIsAnError) {
     ThreadPool pool(1);
     std::vector<uint8_t> w(4096);

@@ -35,6 +35,11 @@ using DotFn = void (*)(int64_t K, const void* w, const void* a, size_t a_stride,
 constexpr int kTypeSlots = 43;  // ggml type ids 0..42
 struct KernelTable {
     DotFn dot[kTypeSlots] = {};
+    // K-quants, one activation row (decode): the same dot continued from the
+    // value already in out[0], so a row computed in chunks of super-blocks, the
+    // first starting from 0, gives exactly the one-pass result. Only where a
+    // SIMD file provides it.
+    DotFn dot_continue[kTypeSlots] = {};
 };
 
 // Tables per ISA; nullptr when the ISA was not compiled in. Entries missing in a

@@ -32,7 +32,7 @@ inline __m128i hsum2_epi32(__m256i a, __m256i b) {
     return _mm_add_epi32(q, _mm_shuffle_epi32(q, 0xB1));
 }
 
-template <class Ops, class B, int R>
+template <class Ops, class B, int R, bool CONTINUE = false>
 void dot_kquant_r(int64_t K, const void* w, const void* a, size_t a_stride, float* out, int64_t os) {
     using Dec = typename KDecoder<B>::type;
     const B* wb = static_cast<const B*>(w);
@@ -44,7 +44,7 @@ void dot_kquant_r(int64_t K, const void* w, const void* a, size_t a_stride, floa
     // so a prompt's rows give bit-identical results on either path (batch vs
     // token-by-token; any difference would flip later activation roundings).
     __m128 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[r] = CONTINUE ? _mm_set_ss(out[r * os]) : _mm_setzero_ps();
     for (int64_t i = 0; i < K / QK_K; ++i) {
         const Dec d(wb[i]);
         __m256i sumi[R];
@@ -195,6 +195,10 @@ struct X86Kernels {
     QINFER_DOT_WRAPPER(dot_float, dot_float_r)
 #undef QINFER_DOT_WRAPPER
     static_assert(kMaxTile == 4, "update the R dispatch");
+    template <class T>
+    static void dot_kquant_continue(int64_t K, const void* w, const void* a, size_t as, int, float* out, int64_t os) {
+        dot_kquant_r<Ops, T, 1, true>(K, w, a, as, out, os);
+    }
 
     static KernelTable table() {
         KernelTable t;
@@ -212,6 +216,11 @@ struct X86Kernels {
         set(GgmlType::Q4_K, dot_kquant<block_q4_K>);
         set(GgmlType::Q5_K, dot_kquant<block_q5_K>);
         set(GgmlType::Q6_K, dot_kquant<block_q6_K>);
+        t.dot_continue[int(GgmlType::Q2_K)] = dot_kquant_continue<block_q2_K>;
+        t.dot_continue[int(GgmlType::Q3_K)] = dot_kquant_continue<block_q3_K>;
+        t.dot_continue[int(GgmlType::Q4_K)] = dot_kquant_continue<block_q4_K>;
+        t.dot_continue[int(GgmlType::Q5_K)] = dot_kquant_continue<block_q5_K>;
+        t.dot_continue[int(GgmlType::Q6_K)] = dot_kquant_continue<block_q6_K>;
         return t;
     }
 };
