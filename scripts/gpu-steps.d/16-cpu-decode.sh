@@ -25,3 +25,8 @@ for ngl in 0 24; do
   QINFER_CPU_PROFILE=1 timeout 120 "$Q" bench -m "$f" -p 0 -n 32 -r 1 -t 16 -ngl "$ngl" -o md 2>&1 \
     | grep -E -A22 "^CPU op profile|tg32" | sed "s/^/ngl=$ngl /"
 done
+echo "== long rows in chunks (default) vs one pass per row (QINFER_CPU_CHUNK_ROWS=0), -ngl 0 decode"
+for v in 1 0; do
+  QINFER_CPU_CHUNK_ROWS=$v timeout 120 "$Q" bench -m "$f" -p 0 -n 32 -r 2 -t 16 -ngl 0 -o md 2>/dev/null \
+    | grep -E "tg32" | sed "s/^/chunk-rows=$v /"
+done
