@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,7 +29,7 @@
 namespace qinfer {
 namespace {
 
-bool have_gpu() { return cuda_device_count() > 0; }
+[[maybe_unused]] bool have_gpu() { return cuda_device_count() > 0; }
 #define REQUIRE_GPU() \
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
 
@@ -393,6 +394,11 @@ struct DecodeCase {
     int64_t d, group;
     bool f16;
 };
+
+// Readable parameters in test listings (instead of the struct's bytes).
+[[maybe_unused]] void PrintTo(const DecodeCase& c, std::ostream* os) {
+    *os << "d=" << c.d << " group=" << c.group << (c.f16 ? " f16" : " f32");
+}
 
 class CudaDecodeAttention : public ::testing::TestWithParam<DecodeCase> {};
 
