@@ -19,6 +19,7 @@
 
 #include "common/fp16.h"
 #include "runtime/backend.h"
+#include "cuda_testutil.h"
 
 #ifdef QINFER_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -29,23 +30,14 @@
 namespace qinfer {
 namespace {
 
-[[maybe_unused]] bool have_gpu() { return cuda_device_count() > 0; }
-#define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+using test::randn;
+
 
 #ifdef QINFER_HAVE_CUDA
 #define CU(call) ASSERT_EQ((call), cudaSuccess) << #call
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = nd(rng);
-    return v;
-}
 
 // Device buffer of `bytes`, freed with the object.
 struct Dev {

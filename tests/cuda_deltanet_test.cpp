@@ -15,6 +15,7 @@
 
 #include "common/thread_pool.h"
 #include "runtime/backend.h"
+#include "cuda_testutil.h"
 #if QINFER_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -24,16 +25,8 @@
 namespace qinfer {
 namespace {
 
-#define REQUIRE_GPU() \
-    if (cuda_device_count() <= 0) GTEST_SKIP() << "no CUDA device"
+using test::randn;
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f, float mean = 0.f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(mean, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = nd(rng);
-    return v;
-}
 
 // Rows of d floats scaled to unit length (q and k reach the delta rule L2-normed).
 std::vector<float> unit_rows(size_t rows, size_t d, uint32_t seed) {

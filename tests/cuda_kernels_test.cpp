@@ -17,6 +17,7 @@
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "runtime/backend.h"
+#include "cuda_testutil.h"
 #include "testutil.h"
 
 #ifdef QINFER_HAVE_CUDA
@@ -31,9 +32,6 @@ namespace {
 using test::set_env;
 using test::unset_env;
 
-bool have_gpu() { return cuda_device_count() > 0; }
-#define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.f) {
     std::mt19937 rng(seed);

@@ -24,6 +24,7 @@
 #include "quant/cpu_matmul.h"
 #include "quant/quant.h"
 #include "runtime/backend.h"
+#include "cuda_testutil.h"
 
 #ifdef QINFER_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -37,8 +38,6 @@ namespace {
 
 #ifdef QINFER_HAVE_CUDA
 
-#define REQUIRE_GPU() \
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 #define CU(call) ASSERT_EQ((call), cudaSuccess) << #call
 
 struct Rng {  // splitmix64: fast enough for half a gigabyte of weights

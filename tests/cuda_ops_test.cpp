@@ -19,6 +19,7 @@
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 #include "runtime/backend.h"
+#include "cuda_testutil.h"
 #include "testutil.h"
 #ifdef QINFER_HAVE_CUDA
 #include "runtime/cuda/cuda_backend.h"
@@ -27,17 +28,8 @@
 namespace qinfer {
 namespace {
 
-bool have_gpu() { return cuda_device_count() > 0; }
-#define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+using test::randn;
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = nd(rng);
-    return v;
-}
 
 // The same tensor on both backends.
 struct Pair {

@@ -20,9 +20,12 @@
 #include "quant/quant.h"
 #include "quant/types.h"
 #include "runtime/backend.h"
+#include "cuda_testutil.h"
 
 namespace qinfer {
 namespace {
+
+using test::randn;
 
 struct PageBuffer {  // page-aligned host memory, as a file mapping is
     explicit PageBuffer(size_t n) : storage(n + 4096, 0) {
@@ -32,14 +35,6 @@ struct PageBuffer {  // page-aligned host memory, as a file mapping is
     std::vector<uint8_t> storage;
     uint8_t* p = nullptr;
 };
-
-std::vector<float> randn(size_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.f, 1.f);
-    std::vector<float> v(n);
-    for (float& x : v) x = nd(rng);
-    return v;
-}
 
 TEST(CudaStream, StreamedWeightsEqualUploaded) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
