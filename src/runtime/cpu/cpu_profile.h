@@ -32,8 +32,8 @@ private:
     std::map<std::string, Entry> ops_;
 };
 
-// Times one op into `p` (no-op when p is null). `bytes` are the weight bytes
-// it reads, for a GB/s column.
+// Times one op into `p` (no-op when p is null: every op carries one, so it
+// costs a null check). `bytes` are the weight bytes it reads, for a GB/s column.
 class OpTimer {
 public:
     OpTimer(OpProfile* p, const char* op, double bytes = 0) : p_(p), op_(op), bytes_(bytes) {
@@ -50,7 +50,7 @@ public:
 
 private:
     OpProfile* p_;
-    std::string op_;
+    const char* op_;  // outlives the timer (a literal or the caller's string)
     double bytes_;
     std::chrono::steady_clock::time_point t0_;
 };

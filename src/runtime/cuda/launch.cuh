@@ -63,8 +63,9 @@ void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
-    cfg.attrs = pdl_enabled() ? attr : nullptr;
-    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    const bool pdl = pdl_enabled();
+    cfg.attrs = pdl ? attr : nullptr;
+    cfg.numAttrs = pdl ? 1 : 0;
     const cudaError_t e = std::apply(
         [&](auto&... v) {
             void* ptrs[] = {static_cast<void*>(&v)...};
