@@ -198,8 +198,20 @@ std::vector<float> get(const DevBuf& b, size_t n) {
 
 // Restores the environment's kernel choice when a test ends.
 struct VariantGuard {
-    ~VariantGuard() { cuda::set_matvec_variant(0); }
+    ~VariantGuard() {
+        cuda::set_matvec_variant(0);
+        cuda::set_matvec_rows(0);
+    }
 };
+
+// The one-token kernels compared bit for bit: 1 and 2 (one row per warp), 3
+// (v3, 4 rows per warp for Q4_K), and v3 with 2 (id 4) and 8 (id 5) rows.
+constexpr int kKernelIds[] = {3, 4, 5, 2, 1};
+constexpr int kKernels = 6;  // array size for outputs indexed by id
+void select_kernel(int id) {
+    cuda::set_matvec_variant(id >= 3 ? 3 : id);
+    cuda::set_matvec_rows(id == 4 ? 2 : id == 5 ? 8 : 4);
+}
 
 // A row with its quant bits zeroed: what is left is the per-block offset
 // (Q4_1 / Q5_1 min, Q4_K / Q5_K -dmin * m) that the products apply apart from
@@ -324,10 +336,10 @@ TEST_P(CudaMatvecTypes, NewKernelEqualsOldBitsAndCpu) {
             CU(cudaMemcpy(dbias.p, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
             const bool with_bias = N == 37;
             DevBuf y(size_t(N + 5) * 4);  // 5 floats past the end must stay poisoned
-            std::vector<float> out[4];
-            for (int v : {3, 2, 1}) {
-                cuda::set_matvec_variant(v);
-                ASSERT_EQ(cuda::matvec_variant(), v);
+            std::vector<float> out[kKernels];
+            for (int v : kKernelIds) {
+                select_kernel(v);
+                ASSERT_EQ(cuda::matvec_variant(), std::min(v, 3));
                 poison(y);
                 cuda::matmul_vec(w.dw(), act.a, 1, y.f(), N, with_bias ? dbias.f() : nullptr, nullptr);
                 CU(cudaDeviceSynchronize());
@@ -339,7 +351,8 @@ TEST_P(CudaMatvecTypes, NewKernelEqualsOldBitsAndCpu) {
                 }
                 out[v].resize(size_t(N));
             }
-            ASSERT_TRUE(same_bits(out[3], out[2])) << "v3 != v2 at row " << first_diff(out[3], out[2]);
+            for (int v : {4, 5, 2})
+                ASSERT_TRUE(same_bits(out[3], out[v])) << "kernel 3 != " << v << " at row " << first_diff(out[3], out[v]);
             ASSERT_TRUE(same_bits(out[2], out[1])) << "v2 != v1 at row " << first_diff(out[2], out[1]);
             expect_near_cpu(out[3], w, x, with_bias ? bias.data() : nullptr, 0, N, "matmul_vec");
         }
@@ -397,9 +410,9 @@ void run_batch(int64_t K, const std::vector<JobSpec>& specs, uint64_t seed) {
             j.ld_res = j.ld_res_out = s.N;
         }
     }
-    std::vector<std::vector<float>> y[4], ro[4];
-    for (int v : {3, 2, 1}) {
-        cuda::set_matvec_variant(v);
+    std::vector<std::vector<float>> y[kKernels], ro[kKernels];
+    for (int v : kKernelIds) {
+        select_kernel(v);
         for (int i = 0; i < n; ++i) {
             poison(*dy[size_t(i)]);
             poison(*dres_out[size_t(i)]);
@@ -414,12 +427,12 @@ void run_batch(int64_t K, const std::vector<JobSpec>& specs, uint64_t seed) {
     for (int i = 0; i < n; ++i) {
         const JobSpec& s = specs[size_t(i)];
         SCOPED_TRACE(testing::Message() << "job " << i << " " << type_name(s.type) << " N=" << s.N);
-        for (int v : {2, 1}) {
+        for (int v : {4, 5, 2, 1}) {
             EXPECT_TRUE(same_bits(y[3][size_t(i)], y[v][size_t(i)]))
-                << "y: v3 != v" << v << " at row " << first_diff(y[3][size_t(i)], y[v][size_t(i)]);
+                << "y: kernel 3 != " << v << " at row " << first_diff(y[3][size_t(i)], y[v][size_t(i)]);
             if (s.residual) {
                 EXPECT_TRUE(same_bits(ro[3][size_t(i)], ro[v][size_t(i)]))
-                    << "res_out: v3 != v" << v << " at row " << first_diff(ro[3][size_t(i)], ro[v][size_t(i)]);
+                    << "res_out: kernel 3 != " << v << " at row " << first_diff(ro[3][size_t(i)], ro[v][size_t(i)]);
             }
         }
         expect_near_cpu(y[3][size_t(i)], ws[size_t(i)], x, s.bias ? bias[size_t(i)].data() : nullptr, 0, s.N,
@@ -593,6 +606,9 @@ TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
         {"ffn gate+up Q4_K 2560 x 2*9216 (two jobs)", 2560, {{GgmlType::Q4_K, 9216}, {GgmlType::Q4_K, 9216}}},
         {"ffn down Q6_K 9216 x 2560", 9216, {{GgmlType::Q6_K, 2560}}},
         {"proj Q4_K 2560 x 4096", 2560, {{GgmlType::Q4_K, 4096}}},
+        {"ssm_out Q4_K 4096 x 2560", 4096, {{GgmlType::Q4_K, 2560}}},
+        {"deltanet in Q4_K 2560 x 8192+4096+32+32", 2560,
+         {{GgmlType::Q4_K, 8192}, {GgmlType::Q4_K, 4096}, {GgmlType::Q4_K, 32}, {GgmlType::Q4_K, 32}}},
         {"mixed Q4_K 2560 x 4096+1024, Q6_K x 1024", 2560,
          {{GgmlType::Q4_K, 4096}, {GgmlType::Q4_K, 1024}, {GgmlType::Q6_K, 1024}}},
         {"lm head Q6_K 2560 x 248320", 2560, {{GgmlType::Q6_K, 248320}}},
@@ -620,9 +636,9 @@ TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
         const GpuAct act = make_act(c.jobs[0].first, random_x(c.K, 77));
         std::vector<std::unique_ptr<DevBuf>> ys;
         for (const auto& job : c.jobs) ys.push_back(std::make_unique<DevBuf>(size_t(job.second) * 4));
-        double us[4] = {};
-        for (int v : {3, 2}) {
-            cuda::set_matvec_variant(v);
+        double us[kKernels] = {};
+        for (int v : {3, 4, 5, 2}) {
+            select_kernel(v);
             us[v] = time_calls(copies, [&](int copy) {
                 if (nj == 1) {
                     cuda::matmul_vec(ws[size_t(copy)].dw(), act.a, 1, ys[0]->f(), c.jobs[0].second, nullptr, nullptr);
@@ -638,9 +654,10 @@ TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
             });
             CU(cudaGetLastError());
         }
-        std::printf("[ timing ] %-42s %6.1f MB: v3 %8.2f us %6.0f GB/s | v2 %8.2f us %6.0f GB/s (%d weight copies, "
-                    "200 back-to-back launches)\n",
-                    c.name, bytes / 1e6, us[3], bytes / us[3] / 1e3, us[2], bytes / us[2] / 1e3, copies);
+        std::printf("[ timing ] %-42s %6.1f MB: v3 R=4 %7.2f us %5.0f GB/s | R=2 %7.2f us %5.0f | R=8 %7.2f us %5.0f | "
+                    "v2 %7.2f us %5.0f (%d weight copies, 200 back-to-back launches)\n",
+                    c.name, bytes / 1e6, us[3], bytes / us[3] / 1e3, us[4], bytes / us[4] / 1e3, us[5],
+                    bytes / us[5] / 1e3, us[2], bytes / us[2] / 1e3, copies);
         std::fflush(stdout);
     }
 }

@@ -72,12 +72,15 @@ constexpr int kMaxMatvecJobs = 4;
 void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s);
 bool matvec_multi_supports(GgmlType t);
 // Which kernel computes one-token quantized products (matmul_vec, matmul_vec_multi
-// with T = 1): 3 (default) persistent warps of several rows each; 2 one warp
-// per row (the previous default); 1 as 2 with the plain Q4_K loop. All give
+// with T = 1): 3 (default) several rows per warp for K-quants (other types as
+// 2); 2 one warp per row; 1 as 2 with the plain Q4_K loop. All give
 // bit-identical results. QINFER_CUDA_MATVEC=v1 / v2 picks an older one (A/B
 // measurements); set_matvec_variant(v) overrides that (0: the environment's).
 int matvec_variant();
 void set_matvec_variant(int v);
+// Rows per warp of v3 for Q4_K / Q5_K (Q6_K: half): 2, 4 (default) or 8, from
+// QINFER_CUDA_MV_ROWS; set_matvec_rows(r) overrides that (0: the environment's).
+void set_matvec_rows(int r);
 
 // Same product for many tokens on the tensor cores (int8 mma for quantized
 // weights, from the same quantized activations). Falls back to matmul_vec for

@@ -1,8 +1,8 @@
 // Matrix-vector (and matrix x few-vectors) products for decode: one warp per
 // output row, lanes striding over 16-byte units of the row, so a warp reads
 // its row's bytes once, fully coalesced, for up to 8 tokens at a time. One
-// token of quantized weights runs "v3" (below): the same per-row arithmetic
-// with persistent warps that keep several rows' loads in flight.
+// token of K-quant weights runs "v3" (below): the same per-row arithmetic
+// with several rows per warp that share their activation loads.
 // Also the row gather of the embedding and the f16 dequantization.
 #include <algorithm>
 #include <atomic>
@@ -27,8 +27,8 @@ int matvec_variant() {
     static const int from_env = [] {
         const char* v = std::getenv("QINFER_CUDA_MATVEC");
         if (v && std::strcmp(v, "v1") == 0) return 1;
-        if (v && std::strcmp(v, "v3") == 0) return 3;
-        return 2;  // v3 measured slower on the H200 (tg128 374 vs 434 tok/s), see bench/results
+        if (v && std::strcmp(v, "v2") == 0) return 2;
+        return 3;
     }();
     return from_env;
 }
@@ -41,7 +41,8 @@ namespace {
 
 constexpr int MMV_WARPS = 4;  // rows per block
 
-void mv3_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s);
+bool rows_kernel_supports(GgmlType t);
+void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s);
 
 WArgs wargs(const DeviceWeight& w) {
     WArgs a;
@@ -234,13 +235,13 @@ template <GgmlType TY, int NT> struct LH {
 void matmul_vec(const DeviceWeight& w, const ActQ& a, int64_t T, float* y, int64_t ldy, const float* bias,
                 cudaStream_t s) {
     if (T <= 0 || w.N == 0) return;
-    if (T == 1 && matvec_multi_supports(w.type) && matvec_variant() >= 3) {
+    if (T == 1 && rows_kernel_supports(w.type) && matvec_variant() >= 3) {
         MatvecJob j;
         j.w = w;
         j.y = y;
         j.ldy = ldy;
         j.bias = bias;
-        mv3_launch(&j, 1, a, s);
+        rows_launch(&j, 1, a, s);
         QINFER_CUDA_LAUNCHED("matmul_vec");
         return;
     }
@@ -284,15 +285,15 @@ struct MvJobDev {
     float* res_out;
     int64_t ld_res, ld_res_out;
     int type;
-    int block0;    // first block of this job (one row per warp)
-    int64_t row0;  // first row of this job in the rows of all jobs (v3)
+    int block0;  // first block of this job
+    int rpw;     // rows per warp (v3)
 };
 struct MvBatch {
     MvJobDev job[kMaxMatvecJobs];
     int n;
 };
 
-// A job as the kernels see it (block0 / row0 are set by the launcher).
+// A job as the kernels see it (block0 / rpw are set by the launcher).
 MvJobDev job_dev(const MatvecJob& j) {
     MvJobDev d{};
     d.w = wargs(j.w);
@@ -365,280 +366,174 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
     }
 }
 
-// ---- v3 (the default for one token): persistent warps, several rows each.
-// The one-row-per-warp kernel above reads a K = 2560 Q4_K row (1440 bytes) in
-// one short round trip and exits; blocks of such warps churn through several
-// waves and leave the memory system idle between them (1.5 TB/s measured on
-// an H200). Here the grid is one wave of resident warps. The jobs form runs
-// of one weight type, each run gets a share of the warps in proportion to its
-// bytes, and warp gw of a run's W takes rows gw, gw + W, ... of the run's rows
-// (job after job). It walks them in steps of one unit per lane -- the same
-// units, in the same order per lane, as the kernels above -- with the weight
-// loads of the next D - 1 steps in flight while one step computes, across row
-// and job boundaries. Each row is reduced with warp_sum as before, and bias
-// and residual are added the same way, so results are bit-identical to v1 / v2.
-// Started with programmatic dependent launch (launch.cuh): a warp's first
-// weight loads go out before it waits for the previous kernel's results.
+// ---- v3 (one token, K-quants): R rows per warp.
+// The one-row-per-warp kernel is bound by its shape, not by bytes: a K = 2560
+// row is 1,440 bytes of Q4_K, three steps of a warp, and every step reads
+// twice as many activation bytes (and a 16-byte block header) as weight bytes,
+// so a 13 MB product took as long as the 25 MB Q8_0 one (~10 us, 1.2 TB/s on
+// an H200). Here a warp walks R rows side by side: each step loads the
+// activations once and the R rows' weight bytes, so loads per weight byte drop
+// by ~2x at R = 4 and each lane keeps 2R weight loads in flight; the next
+// step's loads go out before this step's arithmetic. The weight loads of the
+// first step are issued before the kernel waits on the previous one
+// (programmatic dependent launch), the activations only after. Per row the
+// units, their order per lane and the reduction are those of v1 / v2, so
+// results are bit-identical.
 
-constexpr int MV3_WARPS = 4;
-
-// Steps of weight loads kept in flight per warp: enough bytes to cover the
-// memory latency with the warps that fit (see mv3_min_blocks) and no spills.
-// MIXED: in the kernel that holds every type's loop.
-template <GgmlType TY, bool MIXED> constexpr int mv3_depth() {
-    return TY == GgmlType::Q6_K || TY == GgmlType::Q8_0 || (MIXED && TY == GgmlType::Q5_K) ? 2 : 3;
+// Rows per warp for Q4_K (Q5_K / Q6_K units hold 1.5 / 2 times the registers: half as many).
+std::atomic<int> g_rows_override{0};
+int rows_per_warp() {
+    if (const int forced = g_rows_override.load(std::memory_order_relaxed)) return forced;
+    static const int from_env = [] {
+        const char* v = std::getenv("QINFER_CUDA_MV_ROWS");
+        const int r = v ? std::atoi(v) : 0;
+        return r == 2 || r == 4 || r == 8 ? r : 4;
+    }();
+    return from_env;
+}
+int rows_for(GgmlType t, int R) { return t == GgmlType::Q4_K ? R : std::max(1, R / 2); }
+// The next step's loads in flight during this step's arithmetic (QINFER_CUDA_MV_PIPE=0: not;
+// Q6_K never: its three weight and four activation vectors per unit would spill).
+bool rows_pipelined() {
+    static const bool on = [] {
+        const char* v = std::getenv("QINFER_CUDA_MV_PIPE");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on;
 }
 
-__device__ __forceinline__ int mv3_first_row(const MvJobDev& j, int gw, int W) {
-    const int r = int((int64_t(gw) - j.row0) % W);
-    return r < 0 ? r + W : r;
+bool rows_kernel_supports(GgmlType t) {
+    return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
 }
 
-// f(integral_constant<int, 0>), f(..1), ... while they return false (the
-// unrolled steps of the pipeline: each names its register buffers statically).
-template <class F, int... K>
-__device__ __forceinline__ bool mv3_each(F& f, std::integer_sequence<int, K...>) {
-    return (f(std::integral_constant<int, K>{}) || ...);
-}
-
-// The jobs [j0, j1) (all of type TY, all of the same K) for warp gw.
-template <GgmlType TY, int D>
-__device__ __forceinline__ void mv3_run(const MvBatch& b, int j0, int j1, const ActQ& A, int gw, int W, int lane) {
-    using U = QUnit<TY>;
-    const int units = int(b.job[j0].w.bpr) * U::UPB;
-    const int S = (units + WARP - 1) / WARP;  // steps per row
-    // load cursor (job lj, row lr, step li) and compute cursor (cj, cr, ci);
-    // lj == j1: nothing left to load
-    int lj = j0, lr = mv3_first_row(b.job[j0], gw, W);
-    while (lj < j1 && lr >= b.job[lj].N)
-        if (++lj < j1) lr = mv3_first_row(b.job[lj], gw, W);
-    if (lj >= j1) return;
-    int cj = lj, cr = lr, li = 0, ci = 0;
-    WArgs lw = b.job[lj].w;
-    auto load = [&](U& x) {
-        if (lj >= j1) return;
-        const int u = lane + WARP * li;
-        if (u < units) x.load(lw, int64_t(lr) * lw.bpr + u / U::UPB, u % U::UPB);
-        if (++li < S) return;
-        li = 0;
-        lr += W;
-        while (lr >= b.job[lj].N) {
-            if (++lj >= j1) return;
-            lr = mv3_first_row(b.job[lj], gw, W);
-            lw = b.job[lj].w;
-        }
-    };
-    U buf[D];
-    float acc = 0.f;
-    float e_bias = 0.f, e_res = 0.f;  // the row's epilogue inputs (lane 0), read when the row starts
-    // one step: loads D - 1 steps ahead into buf[(k + D - 1) % D], computes buf[k];
-    // true when the warp's last row is done
-    auto step = [&](auto kc) {
-        constexpr int k = decltype(kc)::value;
-        load(buf[(k + D - 1) % D]);
-        if (ci == 0 && lane == 0) {  // in flight during the row, not waited for at its end
-            const MvJobDev& j = b.job[cj];
-            e_bias = j.bias ? j.bias[cr] : 0.f;
-            if (j.res) e_res = j.res[cr];
-        }
-        const int u = lane + WARP * ci;
-        if (u < units) buf[k].dot(u / U::UPB, u % U::UPB, A, acc);
-        if (++ci < S) return false;
-        ci = 0;
-        const float v = warp_sum(acc);
-        acc = 0.f;
-        if (lane == 0) {
-            const MvJobDev& j = b.job[cj];
-            const float o = v + e_bias;
-            j.y[cr] = o;
-            if (j.res) j.res_out[cr] = e_res + o;  // res may be res_out: read above, written once here
-        }
-        cr += W;
-        while (cr >= b.job[cj].N) {
-            if (++cj >= j1) return true;
-            cr = mv3_first_row(b.job[cj], gw, W);
-        }
-        return false;
-    };
+// acc[0, RR) += rows [row0, row0 + RR) of w times the activations, this lane's
+// units; rows past N repeat row N - 1 (loaded, never written).
+template <GgmlType TY, int RR, bool PIPE, int R>
+__device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t N, const ActQ& A, int lane,
+                                          float (&acc)[R]) {
+    using U = RowUnit<TY>;
+    const int units = int(w.bpr) * U::UPB;
+    int64_t blk0[RR];
 #pragma unroll
-    for (int k = 0; k < D - 1; ++k) load(buf[k]);
-    // Weights only so far; from here on the activations and the outputs (the
-    // earlier kernels' results; with PDL those may still be running until now).
-    pdl_wait();
-    while (!mv3_each(step, std::make_integer_sequence<int, D>{})) {
+    for (int r = 0; r < RR; ++r) blk0[r] = (row0 + r < N ? row0 + r : N - 1) * w.bpr;
+    int u = lane;
+    typename U::W cw[RR], nw[RR];
+    if (u < units) {
+#pragma unroll
+        for (int r = 0; r < RR; ++r) cw[r] = U::load_w(w, blk0[r], u);
+    }
+    pdl_wait();  // weights only so far; the activations are the previous kernel's output
+    if (u >= units) return;
+    typename U::A ca = U::load_a(A, u), na;
+    if constexpr (!PIPE) {
+        for (;;) {
+#pragma unroll
+            for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[r], ca, u);
+            u += WARP;
+            if (u >= units) return;
+            ca = U::load_a(A, u);
+#pragma unroll
+            for (int r = 0; r < RR; ++r) cw[r] = U::load_w(w, blk0[r], u);
+        }
+    } else {
+        for (;;) {
+            const int next = u + WARP;
+            const bool more = next < units;
+            if (more) {
+                na = U::load_a(A, next);
+#pragma unroll
+                for (int r = 0; r < RR; ++r) nw[r] = U::load_w(w, blk0[r], next);
+            }
+#pragma unroll
+            for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[r], ca, u);
+            if (!more) break;
+            ca = na;
+#pragma unroll
+            for (int r = 0; r < RR; ++r) cw[r] = nw[r];
+            u = next;
+        }
     }
 }
 
-template <GgmlType TY, bool MIXED = false>
-__device__ __forceinline__ void mv3_run_t(const MvBatch& b, int j0, int j1, const ActQ& A, int gw, int W, int lane) {
-    mv3_run<TY, mv3_depth<TY, MIXED>()>(b, j0, j1, A, gw, W, lane);
+// Blocks per SM asked of the register allocator: Q4_K at R = 4 takes ~120
+// registers unbounded (4 blocks, 16 warps per SM), which would leave a gate+up
+// pair of 2 x 9216 rows in more than two waves. Without the pipeline a step's
+// registers are held once.
+constexpr int rows_min_blocks(int R, bool pipe) {
+    return pipe ? (R >= 8 ? 3 : R == 4 ? 5 : 7) : (R >= 8 ? 4 : R == 4 ? 6 : 8);
 }
 
-// Runs of consecutive jobs of one type: run r is jobs [job0[r], job0[r + 1])
-// and gets warps [warp0[r], warp0[r + 1]) of the grid, so each warp walks one
-// type's loop (a kernel that switched types inside its row loop would carry
-// every type's registers at once).
-struct Mv3Runs {
-    int n;
-    int job0[kMaxMatvecJobs + 1];
-    int warp0[kMaxMatvecJobs + 1];
-};
-
-// Registers are capped by the blocks asked per SM: 64 at 8 blocks of 4 warps.
-// Q6_K's unit holds twice Q4_K's bytes and Q5_K's 1.5 times, so they (and the
-// kernel that holds every type's loop) run 6 blocks of up to 80 registers:
-// their steps are larger, so fewer warps keep as many bytes in flight.
-template <int TYI> constexpr int mv3_min_blocks() {
-    return TYI == int(GgmlType::Q6_K) || TYI == int(GgmlType::Q5_K) || TYI < 0 ? 6 : 8;
-}
-
-// TYI: the type of every job (as int), or -1 for a batch of several types.
-// Job row0 counts rows from the first job of the job's run.
-template <int TYI>
-__global__ void __launch_bounds__(MV3_WARPS * WARP, mv3_min_blocks<TYI>())
-    mmv3_kernel(MvBatch b, Mv3Runs runs, ActQ A) {
-    pdl_launch_dependents();
-    const int lane = threadIdx.x % WARP;
-    const int gw = int(blockIdx.x) * MV3_WARPS + int(threadIdx.x) / WARP;
-    int w0 = 0, w1 = runs.warp0[1], j0 = 0, j1 = runs.job0[1];  // this warp's run (static indices only)
+// TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
+template <int R, int TYI, bool PIPE>
+__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, PIPE)) mmv_rows_kernel(MvBatch b, ActQ A) {
+    int ji = 0;
 #pragma unroll
     for (int i = 1; i < kMaxMatvecJobs; ++i)
-        if (i < runs.n && gw >= runs.warp0[i]) {
-            w0 = runs.warp0[i];
-            w1 = runs.warp0[i + 1];
-            j0 = runs.job0[i];
-            j1 = runs.job0[i + 1];
-        }
-    const int W = w1 - w0;
-    if (gw >= w1) return;  // past the last run's warps
-    if constexpr (TYI >= 0) {
-        mv3_run_t<GgmlType(TYI)>(b, j0, j1, A, gw - w0, W, lane);
-    } else {
-        switch (GgmlType(b.job[j0].type)) {
-            case GgmlType::Q4_0: mv3_run_t<GgmlType::Q4_0, true>(b, j0, j1, A, gw - w0, W, lane); break;
-            case GgmlType::Q4_1: mv3_run_t<GgmlType::Q4_1, true>(b, j0, j1, A, gw - w0, W, lane); break;
-            case GgmlType::Q5_0: mv3_run_t<GgmlType::Q5_0, true>(b, j0, j1, A, gw - w0, W, lane); break;
-            case GgmlType::Q5_1: mv3_run_t<GgmlType::Q5_1, true>(b, j0, j1, A, gw - w0, W, lane); break;
-            case GgmlType::Q8_0: mv3_run_t<GgmlType::Q8_0, true>(b, j0, j1, A, gw - w0, W, lane); break;
-            case GgmlType::Q4_K: mv3_run_t<GgmlType::Q4_K, true>(b, j0, j1, A, gw - w0, W, lane); break;
-            case GgmlType::Q5_K: mv3_run_t<GgmlType::Q5_K, true>(b, j0, j1, A, gw - w0, W, lane); break;
-            default: mv3_run_t<GgmlType::Q6_K, true>(b, j0, j1, A, gw - w0, W, lane); break;
+        if (i < b.n && int(blockIdx.x) >= b.job[i].block0) ji = i;
+    const MvJobDev& j = b.job[ji];
+    const GgmlType type = TYI >= 0 ? GgmlType(TYI) : GgmlType(j.type);
+    const int rpw = j.rpw;
+    const int64_t row0 = (int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP) * rpw;
+    const int lane = threadIdx.x % WARP;
+    pdl_launch_dependents();
+    if (row0 >= j.N) return;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
+    if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, PIPE>(j.w, row0, j.N, A, lane, acc);
+    else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), PIPE>(j.w, row0, j.N, A, lane, acc);
+    else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), false>(j.w, row0, j.N, A, lane, acc);  // spills pipelined
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (r >= rpw || row0 + r >= j.N) break;
+        const float v = warp_sum(acc[r]);
+        if (lane == 0) {
+            const int64_t row = row0 + r;
+            const float o = v + (j.bias ? j.bias[row] : 0.f);
+            j.y[row] = o;
+            if (j.res) j.res_out[row] = j.res[row] + o;
         }
     }
 }
 
-// Blocks of mmv3_kernel<TYI> resident on the whole current device (one wave),
-// asked once per device.
-template <int TYI>
-int64_t mv3_wave_blocks() {
-    constexpr int kDevs = 16;
-    static std::atomic<int> cache[kDevs];
-    int dev = 0;
-    QINFER_CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev >= 0 && dev < kDevs) {
-        const int c = cache[dev].load(std::memory_order_relaxed);
-        if (c > 0) return c;
+template <int R, bool PIPE>
+void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const ActQ& act) {
+    const dim3 grid{unsigned(blocks)}, block{MMV_WARPS * WARP};
+    const char* what = "matmul_vec (rows)";
+    if (mixed) return launch(what, mmv_rows_kernel<R, -1, PIPE>, grid, block, 0, s, b, act);
+    switch (GgmlType(b.job[0].type)) {
+        case GgmlType::Q4_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q4_K), PIPE>, grid, block, 0, s, b, act);
+        case GgmlType::Q5_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q5_K), PIPE>, grid, block, 0, s, b, act);
+        default: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q6_K), PIPE>, grid, block, 0, s, b, act);
     }
-    int sms = 0, per_sm = 0;
-    QINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    QINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mmv3_kernel<TYI>, MV3_WARPS * WARP, 0));
-    const int c = std::max(1, sms) * std::max(1, per_sm);
-    if (dev >= 0 && dev < kDevs) cache[dev].store(c, std::memory_order_relaxed);
-    return c;
 }
 
-// One wave of blocks (fewer for small products: a warp per row at most), its
-// warps shared among the runs in proportion to their weight bytes.
-template <int TYI>
-void mv3_start(const MvBatch& b, Mv3Runs& runs, const int64_t* run_rows, const double* run_bytes,
-               cudaStream_t s, const ActQ& act) {
-    int64_t rows = 0;
-    double bytes = 0;
-    for (int r = 0; r < runs.n; ++r) {
-        rows += run_rows[r];
-        bytes += run_bytes[r];
-    }
-    const int64_t blocks = std::max<int64_t>(
-        std::min<int64_t>((rows + MV3_WARPS - 1) / MV3_WARPS, mv3_wave_blocks<TYI>()), runs.n);
-    const int64_t warps = blocks * MV3_WARPS;
-    // every run at least one warp and at most one per row; the rest by bytes
-    int64_t given = 0;
-    int64_t w[kMaxMatvecJobs];
-    for (int r = 0; r < runs.n; ++r) {
-        w[r] = std::clamp<int64_t>(int64_t(double(warps - runs.n) * run_bytes[r] / bytes), 1, run_rows[r]);
-        given += w[r];
-    }
-    for (bool more = true; given < warps && more;) {  // leftovers: to the run with the most bytes per warp
-        more = false;
-        int best = -1;
-        for (int r = 0; r < runs.n; ++r)
-            if (w[r] < run_rows[r] && (best < 0 || run_bytes[r] / double(w[r]) > run_bytes[best] / double(w[best])))
-                best = r;
-        if (best >= 0) {
-            const int64_t add = std::min<int64_t>(warps - given, std::max<int64_t>(1, (warps - given) / runs.n));
-            const int64_t take = std::min<int64_t>(add, run_rows[best] - w[best]);
-            w[best] += take;
-            given += take;
-            more = true;
-        }
-    }
-    runs.warp0[0] = 0;
-    for (int r = 0; r < runs.n; ++r) runs.warp0[r + 1] = runs.warp0[r] + int(w[r]);
-    launch("matmul_vec (v3)", mmv3_kernel<TYI>, dim3(unsigned(blocks)), dim3(MV3_WARPS * WARP), 0, s, b, runs, act);
-}
-
-void mv3_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s) {
+// Jobs of K-quant types only (rows_kernel_supports).
+void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s) {
+    const int R = rows_per_warp();
     MvBatch b{};
     b.n = n_jobs;
-    Mv3Runs runs{};
-    int64_t run_rows[kMaxMatvecJobs] = {};
-    double run_bytes[kMaxMatvecJobs] = {};
-    int64_t rows = 0;  // of the current run
+    int64_t blocks = 0;
+    bool mixed = false;
     for (int i = 0; i < n_jobs; ++i) {
-        const MatvecJob& j = jobs[i];
-        if (!matvec_multi_supports(j.w.type)) fail(strfmt("CUDA matvec: type %s", type_name(j.w.type)));
-        if (j.w.K != jobs[0].w.K || j.w.K % traits(j.w.type).block_size != 0)
-            fail(strfmt("CUDA matvec batch: rows of %lld and %lld elements", (long long)jobs[0].w.K,
-                        (long long)j.w.K));
-        if (i == 0 || j.w.type != jobs[i - 1].w.type) {
-            runs.job0[runs.n++] = i;
-            rows = 0;
-        }
         MvJobDev& d = b.job[i];
-        d = job_dev(j);
-        d.row0 = rows;
-        rows += j.w.N;
-        if (rows >= (int64_t(1) << 31)) fail(strfmt("CUDA matvec: %lld rows", (long long)rows));
-        run_rows[runs.n - 1] = rows;
-        run_bytes[runs.n - 1] += double(j.w.N) * double(row_bytes(j.w.type, j.w.K));
+        d = job_dev(jobs[i]);
+        d.rpw = rows_for(jobs[i].w.type, R);
+        d.block0 = int(blocks);
+        blocks += ceil_div(jobs[i].w.N, int64_t(MMV_WARPS) * d.rpw);
+        mixed |= jobs[i].w.type != jobs[0].w.type;
     }
-    runs.job0[runs.n] = n_jobs;
-    // runs without rows take no warps
-    int k = 0;
-    for (int r = 0; r < runs.n; ++r)
-        if (run_rows[r] > 0) {
-            runs.job0[k] = runs.job0[r];
-            runs.job0[k + 1] = runs.job0[r + 1];
-            run_rows[k] = run_rows[r];
-            run_bytes[k] = run_bytes[r];
-            ++k;
-        }
-    runs.n = k;
-    if (k == 0) return;
-    if (k > 1) return mv3_start<-1>(b, runs, run_rows, run_bytes, s, act);
-    switch (GgmlType(b.job[runs.job0[0]].type)) {
-        case GgmlType::Q4_0: return mv3_start<int(GgmlType::Q4_0)>(b, runs, run_rows, run_bytes, s, act);
-        case GgmlType::Q4_1: return mv3_start<int(GgmlType::Q4_1)>(b, runs, run_rows, run_bytes, s, act);
-        case GgmlType::Q5_0: return mv3_start<int(GgmlType::Q5_0)>(b, runs, run_rows, run_bytes, s, act);
-        case GgmlType::Q5_1: return mv3_start<int(GgmlType::Q5_1)>(b, runs, run_rows, run_bytes, s, act);
-        case GgmlType::Q8_0: return mv3_start<int(GgmlType::Q8_0)>(b, runs, run_rows, run_bytes, s, act);
-        case GgmlType::Q4_K: return mv3_start<int(GgmlType::Q4_K)>(b, runs, run_rows, run_bytes, s, act);
-        case GgmlType::Q5_K: return mv3_start<int(GgmlType::Q5_K)>(b, runs, run_rows, run_bytes, s, act);
-        default: return mv3_start<int(GgmlType::Q6_K)>(b, runs, run_rows, run_bytes, s, act);
-    }
+    if (blocks >= (int64_t(1) << 31)) fail(strfmt("CUDA matvec: %lld blocks", (long long)blocks));
+    if (blocks == 0) return;
+    const bool pipe = rows_pipelined();
+    if (R == 2) pipe ? rows_start<2, true>(b, int(blocks), mixed, s, act) : rows_start<2, false>(b, int(blocks), mixed, s, act);
+    else if (R == 8) pipe ? rows_start<8, true>(b, int(blocks), mixed, s, act) : rows_start<8, false>(b, int(blocks), mixed, s, act);
+    else pipe ? rows_start<4, true>(b, int(blocks), mixed, s, act) : rows_start<4, false>(b, int(blocks), mixed, s, act);
 }
 
 }  // namespace
+
+void set_matvec_rows(int r) { g_rows_override.store(r == 2 || r == 4 || r == 8 ? r : 0, std::memory_order_relaxed); }
 
 bool matvec_multi_supports(GgmlType t) {
     switch (t) {
@@ -664,8 +559,10 @@ void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_
         d.block0 = blocks;
         blocks += ceil_div(j.w.N, MMV_WARPS);
     }
-    if (T == 1 && matvec_variant() >= 3) {
-        mv3_launch(jobs, n_jobs, act, s);
+    bool rows = T == 1 && matvec_variant() >= 3;
+    for (int i = 0; i < n_jobs; ++i) rows &= rows_kernel_supports(jobs[i].w.type);
+    if (rows) {
+        rows_launch(jobs, n_jobs, act, s);
         QINFER_CUDA_LAUNCHED("matmul_vec_multi");
         return;
     }

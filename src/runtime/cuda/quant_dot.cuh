@@ -332,195 +332,120 @@ template <> struct QDot<GgmlType::Q6_K> {
     }
 };
 
-// ---- The same unit products split in two, for the multi-row decode kernel
-// (matvec.cu, one token): load() reads the unit's weight bytes (the DRAM
-// traffic) into registers, a few units ahead of their use; dot() then reads
-// the activations (cache hits: every row uses the same ones) and does QDot's
-// arithmetic for token 0 term for term, so a row sums to the same bits as in
-// the one-row-per-warp kernels. jb: block of the unit within its row, ub: the
-// unit within its block.
-template <GgmlType T> struct QUnit;
+// ---- The same unit products for a warp that computes R rows at once (matvec.cu,
+// one token). A unit's work is split into its weight bytes (W: one row's, the
+// DRAM traffic) and its activations (A: shared by the R rows, so read once per
+// step instead of once per row); dot() then does QDot's arithmetic for token 0
+// term for term, so a row sums to the same bits as in the one-row-per-warp
+// kernels. u is the unit's index within its row (block u / UPB).
+template <GgmlType T> struct RowUnit;
 
-template <> struct QUnit<GgmlType::Q4_0> {
-    static constexpr int UPB = 1;
-    int4 q;
-    uint32_t dh;
-    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int) {
-        q = ld16(w.base + 16 * blk);
-        dh = __ldg(reinterpret_cast<const uint16_t*>(w.d) + blk);
-    }
-    __device__ __forceinline__ void dot(int jb, int, const ActQ& A, float& acc) const {
-        const float dw = h2f(uint16_t(dh));
-        const int4 lo = and4(q, 0x0F0F0F0F), hi = and4(shr4(q, 4), 0x0F0F0F0F);
-        const int8_t* aq = A.qs + 32 * jb;
-        int s = dot16(lo, ld16(aq), 0);
-        s = dot16(hi, ld16(aq + 16), s);
-        s -= 8 * (__ldg(A.bsum + 2 * jb) + __ldg(A.bsum + 2 * jb + 1));
-        acc += float(s) * (dw * __ldg(A.d + jb));
-    }
-};
+// Signed 16-bit half `hi` (0 low, 1 high) of a word.
+__device__ __forceinline__ int half16(int w, int hi) { return hi ? (w >> 16) : int(int16_t(w & 0xFFFF)); }
 
-template <> struct QUnit<GgmlType::Q4_1> {
-    static constexpr int UPB = 1;
-    int4 q;
-    uint32_t dm;
-    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int) {
-        q = ld16(w.base + 16 * blk);
-        dm = __ldg(reinterpret_cast<const uint32_t*>(w.d) + blk);
-    }
-    __device__ __forceinline__ void dot(int jb, int, const ActQ& A, float& acc) const {
-        const float dw = h2f(uint16_t(dm & 0xFFFF)), mw = h2f(uint16_t(dm >> 16));
-        const int4 lo = and4(q, 0x0F0F0F0F), hi = and4(shr4(q, 4), 0x0F0F0F0F);
-        const int8_t* aq = A.qs + 32 * jb;
-        int s = dot16(lo, ld16(aq), 0);
-        s = dot16(hi, ld16(aq + 16), s);
-        acc += float(s) * (dw * __ldg(A.d + jb)) + mw * __ldg(A.s + jb);
-    }
-};
-
-template <> struct QUnit<GgmlType::Q5_0> {
-    static constexpr int UPB = 1;
-    int4 q;
-    uint32_t qh, dh;
-    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int) {
-        q = ld16(w.base + 16 * blk);
-        qh = __ldg(reinterpret_cast<const uint32_t*>(w.qh) + blk);
-        dh = __ldg(reinterpret_cast<const uint16_t*>(w.d) + blk);
-    }
-    __device__ __forceinline__ void dot(int jb, int, const ActQ& A, float& acc) const {
-        int4 lo, hi;
-        q5_unpack(q, qh, lo, hi);
-        const float dw = h2f(uint16_t(dh));
-        const int8_t* aq = A.qs + 32 * jb;
-        int s = dot16(lo, ld16(aq), 0);
-        s = dot16(hi, ld16(aq + 16), s);
-        s -= 16 * (__ldg(A.bsum + 2 * jb) + __ldg(A.bsum + 2 * jb + 1));
-        acc += float(s) * (dw * __ldg(A.d + jb));
-    }
-};
-
-template <> struct QUnit<GgmlType::Q5_1> {
-    static constexpr int UPB = 1;
-    int4 q;
-    uint32_t qh, dm;
-    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int) {
-        q = ld16(w.base + 16 * blk);
-        qh = __ldg(reinterpret_cast<const uint32_t*>(w.qh) + blk);
-        dm = __ldg(reinterpret_cast<const uint32_t*>(w.d) + blk);
-    }
-    __device__ __forceinline__ void dot(int jb, int, const ActQ& A, float& acc) const {
-        int4 lo, hi;
-        q5_unpack(q, qh, lo, hi);
-        const float dw = h2f(uint16_t(dm & 0xFFFF)), mw = h2f(uint16_t(dm >> 16));
-        const int8_t* aq = A.qs + 32 * jb;
-        int s = dot16(lo, ld16(aq), 0);
-        s = dot16(hi, ld16(aq + 16), s);
-        acc += float(s) * (dw * __ldg(A.d + jb)) + mw * __ldg(A.s + jb);
-    }
-};
-
-template <> struct QUnit<GgmlType::Q8_0> {
-    static constexpr int UPB = 1;
-    int4 q0, q1;
-    uint32_t dh;
-    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int) {
-        q0 = ld16(w.base + 32 * blk);
-        q1 = ld16(w.base + 32 * blk + 16);
-        dh = __ldg(reinterpret_cast<const uint16_t*>(w.d) + blk);
-    }
-    __device__ __forceinline__ void dot(int jb, int, const ActQ& A, float& acc) const {
-        const float dw = h2f(uint16_t(dh));
-        const int8_t* aq = A.qs + 32 * jb;
-        int s = dot16(q0, ld16(aq), 0);
-        s = dot16(q1, ld16(aq + 16), s);
-        acc += float(s) * (dw * __ldg(A.d + jb));
-    }
-};
-
-template <> struct QUnit<GgmlType::Q4_K> {
+template <> struct RowUnit<GgmlType::Q4_K> {
     static constexpr int UPB = 8;
-    int4 hd, q;
-    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int ub) {
-        const uint8_t* b = w.base + 144 * blk;
-        hd = ld16(b);
-        q = ld16(b + 16 + 16 * ub);  // group ub / 2, half ub % 2
+    struct W {
+        int4 hd, q;
+    };
+    struct A {
+        int4 a0, a1;
+        int2 bs;  // the four 16-element sums of group g: the unit's two are c and c + 2
+        float da;
+    };
+    __device__ static W load_w(const WArgs& w, int64_t blk0, int u) {
+        const uint8_t* b = w.base + 144 * (blk0 + (u >> 3));
+        return W{ld16(b), ld16(b + 16 + 16 * (u & 7))};  // group (u & 7) / 2, half u & 1
     }
-    __device__ __forceinline__ void dot(int jb, int ub, const ActQ& A, float& acc) const {
-        const int g = ub >> 1, c = ub & 1;
-        int sc0, m0, sc1, m1;
-        scale_min_k4_sel(2 * g, hd.y, hd.z, hd.w, sc0, m0);
-        scale_min_k4_sel(2 * g + 1, hd.y, hd.z, hd.w, sc1, m1);
-        const float dw = h2f(uint16_t(hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(hd.x) >> 16));
-        const int4 lo = and4(q, 0x0F0F0F0F), hi = and4(shr4(q, 4), 0x0F0F0F0F);
+    __device__ static A load_a(const ActQ& a, int u) {
+        const int jb = u >> 3, g = (u & 7) >> 1, c = u & 1;
         const int e = 256 * jb + 64 * g + 16 * c;
-        const int s0 = dot16(lo, ld16(A.qs + e), 0);
-        const int s1 = dot16(hi, ld16(A.qs + e + 32), 0);
-        const int mins = m0 * __ldg(A.bsum + e / 16) + m1 * __ldg(A.bsum + e / 16 + 2);
-        const float da = __ldg(A.d + jb);
-        acc += da * (dw * float(sc0 * s0 + sc1 * s1) - dmin * float(mins));
+        return A{ld16(a.qs + e), ld16(a.qs + e + 32),
+                 __ldg(reinterpret_cast<const int2*>(a.bsum + 16 * jb + 4 * g)), __ldg(a.d + jb)};
+    }
+    __device__ static float dot(const W& w, const A& a, int u) {
+        const int g = (u & 7) >> 1, c = u & 1;
+        int sc0, m0, sc1, m1;
+        scale_min_k4_sel(2 * g, w.hd.y, w.hd.z, w.hd.w, sc0, m0);
+        scale_min_k4_sel(2 * g + 1, w.hd.y, w.hd.z, w.hd.w, sc1, m1);
+        const float dw = h2f(uint16_t(w.hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(w.hd.x) >> 16));
+        const int4 lo = and4(w.q, 0x0F0F0F0F), hi = and4(shr4(w.q, 4), 0x0F0F0F0F);
+        const int s0 = dot16(lo, a.a0, 0);
+        const int s1 = dot16(hi, a.a1, 0);
+        const int mins = m0 * half16(a.bs.x, c) + m1 * half16(a.bs.y, c);
+        return a.da * (dw * float(sc0 * s0 + sc1 * s1) - dmin * float(mins));
     }
 };
 
-template <> struct QUnit<GgmlType::Q5_K> {
+template <> struct RowUnit<GgmlType::Q5_K> {
     static constexpr int UPB = 8;
-    int4 hd, qh, q;
-    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int ub) {
-        const uint8_t* b = w.base + 176 * blk;
-        hd = ld16(b);
-        qh = ld16(b + 16 + 16 * (ub & 1));
-        q = ld16(b + 48 + 16 * ub);
+    struct W {
+        int4 hd, qh, q;
+    };
+    using A = RowUnit<GgmlType::Q4_K>::A;  // the same activation elements
+    __device__ static W load_w(const WArgs& w, int64_t blk0, int u) {
+        const uint8_t* b = w.base + 176 * (blk0 + (u >> 3));
+        return W{ld16(b), ld16(b + 16 + 16 * (u & 1)), ld16(b + 48 + 16 * (u & 7))};
     }
-    __device__ __forceinline__ void dot(int jb, int ub, const ActQ& A, float& acc) const {
-        const int g = ub >> 1, c = ub & 1;
+    __device__ static A load_a(const ActQ& a, int u) { return RowUnit<GgmlType::Q4_K>::load_a(a, u); }
+    __device__ static float dot(const W& w, const A& a, int u) {
+        const int g = (u & 7) >> 1, c = u & 1;
         int sc0, m0, sc1, m1;
-        scale_min_k4_sel(2 * g, hd.y, hd.z, hd.w, sc0, m0);
-        scale_min_k4_sel(2 * g + 1, hd.y, hd.z, hd.w, sc1, m1);
-        const float dw = h2f(uint16_t(hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(hd.x) >> 16));
-        const int4 bl = and4(shr4(qh, 2 * g), 0x01010101), bh = and4(shr4(qh, 2 * g + 1), 0x01010101);
-        const int4 l = or4(and4(q, 0x0F0F0F0F), make_int4(bl.x << 4, bl.y << 4, bl.z << 4, bl.w << 4));
-        const int4 h = or4(and4(shr4(q, 4), 0x0F0F0F0F), make_int4(bh.x << 4, bh.y << 4, bh.z << 4, bh.w << 4));
-        const int e = 256 * jb + 64 * g + 16 * c;
-        const int s0 = dot16(l, ld16(A.qs + e), 0);
-        const int s1 = dot16(h, ld16(A.qs + e + 32), 0);
-        const int mins = m0 * __ldg(A.bsum + e / 16) + m1 * __ldg(A.bsum + e / 16 + 2);
-        const float da = __ldg(A.d + jb);
-        acc += da * (dw * float(sc0 * s0 + sc1 * s1) - dmin * float(mins));
+        scale_min_k4_sel(2 * g, w.hd.y, w.hd.z, w.hd.w, sc0, m0);
+        scale_min_k4_sel(2 * g + 1, w.hd.y, w.hd.z, w.hd.w, sc1, m1);
+        const float dw = h2f(uint16_t(w.hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(w.hd.x) >> 16));
+        const int4 bl = and4(shr4(w.qh, 2 * g), 0x01010101), bh = and4(shr4(w.qh, 2 * g + 1), 0x01010101);
+        const int4 l = or4(and4(w.q, 0x0F0F0F0F), make_int4(bl.x << 4, bl.y << 4, bl.z << 4, bl.w << 4));
+        const int4 h = or4(and4(shr4(w.q, 4), 0x0F0F0F0F), make_int4(bh.x << 4, bh.y << 4, bh.z << 4, bh.w << 4));
+        const int s0 = dot16(l, a.a0, 0);
+        const int s1 = dot16(h, a.a1, 0);
+        const int mins = m0 * half16(a.bs.x, c) + m1 * half16(a.bs.y, c);
+        return a.da * (dw * float(sc0 * s0 + sc1 * s1) - dmin * float(mins));
     }
 };
 
-template <> struct QUnit<GgmlType::Q6_K> {
+// Unit u: half n = (u % 4) / 2 of block u / 4 (128 elements), l0 = 16 (u % 2).
+template <> struct RowUnit<GgmlType::Q6_K> {
     static constexpr int UPB = 4;
-    int4 qa, qb, qh;
-    int2 sc8;  // scales 8n .. 8n + 7: the unit's four (8n + l0/16 + {0, 2, 4, 6}) are among them
-    uint32_t dh;
-    __device__ __forceinline__ void load(const WArgs& w, int64_t blk, int ub) {
+    struct W {
+        int4 qa, qb, qh;
+        int2 sc8;  // scales 8n .. 8n + 7: the unit's four (8n + l0/16 + {0, 2, 4, 6}) are among them
+        uint32_t dh;
+    };
+    struct A {
+        int4 a[4];  // elements e + 32 i + [0, 16)
+        int4 bs;    // the 16-element sums 8n .. 8n + 7 of the block: the unit's are l0/16 + {0, 2, 4, 6}
+        float da;
+    };
+    __device__ static W load_w(const WArgs& w, int64_t blk0, int u) {
+        const int64_t blk = blk0 + (u >> 2);
         const uint8_t* b = w.base + 208 * blk;
-        const int n = ub >> 1, l0 = 16 * (ub & 1);
-        qa = ld16(b + 64 * n + l0);
-        qb = ld16(b + 64 * n + 32 + l0);
-        qh = ld16(b + 128 + 32 * n + l0);
-        sc8 = __ldg(reinterpret_cast<const int2*>(b + 192 + 8 * n));
-        dh = __ldg(reinterpret_cast<const uint16_t*>(w.d) + blk);
+        const int n = (u & 3) >> 1, l0 = 16 * (u & 1);
+        return W{ld16(b + 64 * n + l0), ld16(b + 64 * n + 32 + l0), ld16(b + 128 + 32 * n + l0),
+                 __ldg(reinterpret_cast<const int2*>(b + 192 + 8 * n)),
+                 uint32_t(__ldg(reinterpret_cast<const uint16_t*>(w.d) + blk))};
     }
-    __device__ __forceinline__ void dot(int jb, int ub, const ActQ& A, float& acc) const {
-        const int n = ub >> 1, l0 = 16 * (ub & 1);
-        const float dw = h2f(uint16_t(dh));
-        const int4 q1 = or4(and4(qa, 0x0F0F0F0F), and4(make_int4(qh.x << 4, qh.y << 4, qh.z << 4, qh.w << 4), 0x30303030));
-        const int4 q2 = or4(and4(qb, 0x0F0F0F0F), and4(make_int4(qh.x << 2, qh.y << 2, qh.z << 2, qh.w << 2), 0x30303030));
-        const int4 q3 = or4(and4(shr4(qa, 4), 0x0F0F0F0F), and4(qh, 0x30303030));
-        const int4 q4 = or4(and4(shr4(qb, 4), 0x0F0F0F0F), and4(shr4(qh, 2), 0x30303030));
-        const int4 scv = make_int4(sc8.x, sc8.y, 0, 0);
-        const int is = l0 >> 4;
+    __device__ static A load_a(const ActQ& a, int u) {
+        const int jb = u >> 2, n = (u & 3) >> 1, l0 = 16 * (u & 1);
+        const int8_t* aq = a.qs + 256 * jb + 128 * n + l0;
+        return A{{ld16(aq), ld16(aq + 32), ld16(aq + 64), ld16(aq + 96)}, ld16(a.bsum + 16 * jb + 8 * n),
+                 __ldg(a.d + jb)};
+    }
+    __device__ static float dot(const W& w, const A& a, int u) {
+        const int is = u & 1;
+        const float dw = h2f(uint16_t(w.dh));
+        const int4 q1 = or4(and4(w.qa, 0x0F0F0F0F), and4(make_int4(w.qh.x << 4, w.qh.y << 4, w.qh.z << 4, w.qh.w << 4), 0x30303030));
+        const int4 q2 = or4(and4(w.qb, 0x0F0F0F0F), and4(make_int4(w.qh.x << 2, w.qh.y << 2, w.qh.z << 2, w.qh.w << 2), 0x30303030));
+        const int4 q3 = or4(and4(shr4(w.qa, 4), 0x0F0F0F0F), and4(w.qh, 0x30303030));
+        const int4 q4 = or4(and4(shr4(w.qb, 4), 0x0F0F0F0F), and4(shr4(w.qh, 2), 0x30303030));
+        const int4 scv = make_int4(w.sc8.x, w.sc8.y, 0, 0);
         const int sc1 = sbyte16(scv, is), sc2 = sbyte16(scv, is + 2), sc3 = sbyte16(scv, is + 4),
                   sc4 = sbyte16(scv, is + 6);
-        const int e = 256 * jb + 128 * n + l0;
-        const int8_t* aq = A.qs + e;
-        const int16_t* bs = A.bsum + e / 16;
-        const int s_1 = dot16(q1, ld16(aq), 0) - 32 * __ldg(bs);
-        const int s_2 = dot16(q2, ld16(aq + 32), 0) - 32 * __ldg(bs + 2);
-        const int s_3 = dot16(q3, ld16(aq + 64), 0) - 32 * __ldg(bs + 4);
-        const int s_4 = dot16(q4, ld16(aq + 96), 0) - 32 * __ldg(bs + 6);
-        acc += __ldg(A.d + jb) * (dw * float(sc1 * s_1 + sc2 * s_2 + sc3 * s_3 + sc4 * s_4));
+        const int s_1 = dot16(q1, a.a[0], 0) - 32 * half16(a.bs.x, is);
+        const int s_2 = dot16(q2, a.a[1], 0) - 32 * half16(a.bs.y, is);
+        const int s_3 = dot16(q3, a.a[2], 0) - 32 * half16(a.bs.z, is);
+        const int s_4 = dot16(q4, a.a[3], 0) - 32 * half16(a.bs.w, is);
+        return a.da * (dw * float(sc1 * s_1 + sc2 * s_2 + sc3 * s_3 + sc4 * s_4));
     }
 };
 
