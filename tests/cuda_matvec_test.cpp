@@ -205,12 +205,14 @@ struct VariantGuard {
 };
 
 // The one-token kernels compared bit for bit: 1 and 2 (one row per warp), 3
-// (v3, 4 rows per warp for Q4_K), and v3 with 2 (id 4) and 8 (id 5) rows.
-constexpr int kKernelIds[] = {3, 4, 5, 2, 1};
-constexpr int kKernels = 6;  // array size for outputs indexed by id
+// (v3, rows per warp chosen per launch), and v3 with 1 (id 4), 2 (5), 4 (6)
+// and 8 (7) rows per warp.
+constexpr int kKernelIds[] = {3, 4, 5, 6, 7, 2, 1};
+constexpr int kKernels = 8;  // array size for outputs indexed by id
+const char* const kKernelNames[kKernels] = {"", "v1", "v2", "v3", "v3 R=1", "v3 R=2", "v3 R=4", "v3 R=8"};
 void select_kernel(int id) {
     cuda::set_matvec_variant(id >= 3 ? 3 : id);
-    cuda::set_matvec_rows(id == 4 ? 2 : id == 5 ? 8 : 4);
+    cuda::set_matvec_rows(id >= 4 ? 1 << (id - 4) : 0);
 }
 
 // A row with its quant bits zeroed: what is left is the per-block offset
@@ -351,8 +353,9 @@ TEST_P(CudaMatvecTypes, NewKernelEqualsOldBitsAndCpu) {
                 }
                 out[v].resize(size_t(N));
             }
-            for (int v : {4, 5, 2})
-                ASSERT_TRUE(same_bits(out[3], out[v])) << "kernel 3 != " << v << " at row " << first_diff(out[3], out[v]);
+            for (int v : {4, 5, 6, 7, 2})
+                ASSERT_TRUE(same_bits(out[3], out[v]))
+                    << "v3 != " << kKernelNames[v] << " at row " << first_diff(out[3], out[v]);
             ASSERT_TRUE(same_bits(out[2], out[1])) << "v2 != v1 at row " << first_diff(out[2], out[1]);
             expect_near_cpu(out[3], w, x, with_bias ? bias.data() : nullptr, 0, N, "matmul_vec");
         }
@@ -427,12 +430,12 @@ void run_batch(int64_t K, const std::vector<JobSpec>& specs, uint64_t seed) {
     for (int i = 0; i < n; ++i) {
         const JobSpec& s = specs[size_t(i)];
         SCOPED_TRACE(testing::Message() << "job " << i << " " << type_name(s.type) << " N=" << s.N);
-        for (int v : {4, 5, 2, 1}) {
+        for (int v : {4, 5, 6, 7, 2, 1}) {
             EXPECT_TRUE(same_bits(y[3][size_t(i)], y[v][size_t(i)]))
-                << "y: kernel 3 != " << v << " at row " << first_diff(y[3][size_t(i)], y[v][size_t(i)]);
+                << "y: v3 != " << kKernelNames[v] << " at row " << first_diff(y[3][size_t(i)], y[v][size_t(i)]);
             if (s.residual) {
                 EXPECT_TRUE(same_bits(ro[3][size_t(i)], ro[v][size_t(i)]))
-                    << "res_out: kernel 3 != " << v << " at row " << first_diff(ro[3][size_t(i)], ro[v][size_t(i)]);
+                    << "res_out: v3 != " << kKernelNames[v] << " at row " << first_diff(ro[3][size_t(i)], ro[v][size_t(i)]);
             }
         }
         expect_near_cpu(y[3][size_t(i)], ws[size_t(i)], x, s.bias ? bias[size_t(i)].data() : nullptr, 0, s.N,
@@ -544,6 +547,109 @@ TEST(CudaMatvecMulti, DependentChainWithoutSync) {
     ASSERT_TRUE(same_bits(get(y, size_t(N)), yref[(steps - 1) % 2]));
 }
 
+// A product launch that ends with the next block's norm and quantization
+// (NormAfter, run by its last block) against the same product and then
+// norm_quantize: same bits in y, the residual, the normed row and the quantized
+// activations, also when the launch repeats without a synchronization between
+// (the arrival count must come back to 0 each time).
+void check_norm_after(int64_t K, const std::vector<JobSpec>& specs, cuda::ActKind next_kind, uint64_t seed) {
+    const int n = int(specs.size());
+    const int64_t E = specs.back().N;
+    std::vector<GpuWeight> ws;
+    const std::vector<float> x = random_x(K, seed);
+    const GpuAct act = make_act(specs[0].type, x);
+    std::vector<std::unique_ptr<DevBuf>> dy;
+    cuda::MatvecJob jobs[cuda::kMaxMatvecJobs];
+    for (int i = 0; i < n; ++i) {
+        ws.push_back(make_weight(specs[size_t(i)].type, K, specs[size_t(i)].N, seed * 10 + uint64_t(i)));
+        ASSERT_NE(ws.back().mem->p, nullptr);
+        dy.push_back(std::make_unique<DevBuf>(size_t(specs[size_t(i)].N) * 4));
+        jobs[i].w = ws.back().dw();
+        jobs[i].y = dy.back()->f();
+        jobs[i].ldy = specs[size_t(i)].N;
+    }
+    std::vector<float> res0(static_cast<size_t>(E)), nw(static_cast<size_t>(E));
+    Rng r(seed + 1);
+    for (float& v : res0) v = 4.f * r.normal();
+    for (float& v : nw) v = 1.f + 0.1f * r.normal();
+    DevBuf res(size_t(E) * 4), h(size_t(E) * 4), w(size_t(E) * 4), counter(4);
+    DevBuf q(cuda::act_bytes(next_kind, E, 1));
+    CU(cudaMemcpy(w.p, nw.data(), size_t(E) * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemset(counter.p, 0, 4));
+    cuda::MatvecJob& last = jobs[n - 1];
+    last.res = last.res_out = res.f();  // in place, as the residual stream
+    last.ld_res = last.ld_res_out = E;
+    cuda::NormAfter after;
+    after.norm.op = cuda::NormOp::Rms;
+    after.norm.x = cuda::Rows{res.f(), E, 1, 1, E, E};
+    after.norm.y = cuda::Rows{h.f(), E, 1, 1, E, E};
+    after.norm.w = w.f();
+    after.norm.eps = 1e-6f;
+    after.q = cuda::ActDest{next_kind, h.f(), E, E, 1, q.p};
+    after.counter = static_cast<unsigned*>(counter.p);
+    ASSERT_TRUE(cuda::norm_after_fits(jobs, n, 1, after.norm, after.q));
+    struct Out {
+        std::vector<float> y, res, h;
+        std::vector<uint8_t> q;
+    };
+    auto run = [&](bool fused, int reps) -> Out {
+        EXPECT_EQ(cudaMemcpy(res.p, res0.data(), size_t(E) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        poison(h);
+        EXPECT_EQ(cudaMemset(q.p, 0xFF, q.n), cudaSuccess);
+        for (int k = 0; k < reps; ++k) {
+            if (fused) {
+                cuda::matmul_vec_multi(jobs, n, act.a, 1, nullptr, &after);
+            } else {
+                cuda::matmul_vec_multi(jobs, n, act.a, 1, nullptr);
+                cuda::norm_quantize(after.norm, after.q, nullptr);
+            }
+        }
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        Out o{get(*dy.back(), size_t(E)), get(res, size_t(E)), get(h, size_t(E)), std::vector<uint8_t>(q.n)};
+        EXPECT_EQ(cudaMemcpy(o.q.data(), q.p, q.n, cudaMemcpyDeviceToHost), cudaSuccess);
+        return o;
+    };
+    for (int reps : {1, 3}) {
+        SCOPED_TRACE(testing::Message() << reps << " launches");
+        const Out a = run(false, reps), b = run(true, reps);
+        EXPECT_TRUE(same_bits(a.y, b.y)) << "y at row " << first_diff(a.y, b.y);
+        EXPECT_TRUE(same_bits(a.res, b.res)) << "residual at row " << first_diff(a.res, b.res);
+        EXPECT_TRUE(same_bits(a.h, b.h)) << "normed row at " << first_diff(a.h, b.h);
+        EXPECT_EQ(a.q, b.q) << "quantized activations differ";
+        unsigned count = 1;
+        CU(cudaMemcpy(&count, counter.p, 4, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(count, 0u);
+    }
+}
+
+TEST(CudaMatvecNormAfter, ResidualThenNormEqualsSeparateLaunches) {
+    REQUIRE_GPU();
+    VariantGuard guard;
+    cuda::set_matvec_variant(3);
+    // ffn_down + residual, then the next layer's attn_norm for its Q4_K products
+    check_norm_after(9216, {{GgmlType::Q6_K, 2560, false, true}}, cuda::ActKind::Q8_K, 11);
+    // two jobs (the residual is the last one's), a Q8_0 consumer, 1 and 4 rows per warp
+    for (int rows : {1, 4}) {
+        cuda::set_matvec_rows(rows);
+        check_norm_after(2560, {{GgmlType::Q4_K, 512, false, false}, {GgmlType::Q4_K, 1024, false, true}},
+                         cuda::ActKind::Q8_0, 12);
+    }
+    cuda::set_matvec_rows(0);
+    check_norm_after(256, {{GgmlType::Q5_K, 256, false, true}}, cuda::ActKind::Q8_1, 13);
+    // not for the one-row-per-warp kernels
+    cuda::set_matvec_variant(2);
+    const GpuWeight w = make_weight(GgmlType::Q4_K, 256, 256, 1);
+    cuda::MatvecJob j;
+    j.w = w.dw();
+    DevBuf buf(256 * 4);
+    j.y = j.res_out = buf.f();
+    j.res = buf.f();
+    cuda::NormJob nj;
+    nj.x = nj.y = cuda::Rows{buf.f(), 256, 1, 1, 256, 256};
+    nj.w = buf.f();
+    EXPECT_FALSE(cuda::norm_after_fits(&j, 1, 1, nj, cuda::ActDest{cuda::ActKind::Q8_K, buf.f(), 256, 256, 1, buf.p}));
+}
+
 // The LM head shape (Qwen3.5-4B): Q6_K, 2560 x 248320, 521 MB.
 TEST(CudaMatvecLarge, Q6KHeadEqualsOldKernel) {
     REQUIRE_GPU();
@@ -637,7 +743,7 @@ TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
         std::vector<std::unique_ptr<DevBuf>> ys;
         for (const auto& job : c.jobs) ys.push_back(std::make_unique<DevBuf>(size_t(job.second) * 4));
         double us[kKernels] = {};
-        for (int v : {3, 4, 5, 2}) {
+        for (int v : {3, 4, 5, 6, 2}) {
             select_kernel(v);
             us[v] = time_calls(copies, [&](int copy) {
                 if (nj == 1) {
@@ -654,10 +760,10 @@ TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
             });
             CU(cudaGetLastError());
         }
-        std::printf("[ timing ] %-42s %6.1f MB: v3 R=4 %7.2f us %5.0f GB/s | R=2 %7.2f us %5.0f | R=8 %7.2f us %5.0f | "
-                    "v2 %7.2f us %5.0f (%d weight copies, 200 back-to-back launches)\n",
+        std::printf("[ timing ] %-42s %6.1f MB: v3 %7.2f us %5.0f GB/s | R=1 %7.2f us %5.0f | R=2 %7.2f us %5.0f | "
+                    "R=4 %7.2f us %5.0f | v2 %7.2f us %5.0f (%d weight copies, 200 back-to-back launches)\n",
                     c.name, bytes / 1e6, us[3], bytes / us[3] / 1e3, us[4], bytes / us[4] / 1e3, us[5],
-                    bytes / us[5] / 1e3, us[2], bytes / us[2] / 1e3, copies);
+                    bytes / us[5] / 1e3, us[6], bytes / us[6] / 1e3, us[2], bytes / us[2] / 1e3, copies);
         std::fflush(stdout);
     }
 }

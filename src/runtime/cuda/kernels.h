@@ -69,7 +69,9 @@ struct MatvecJob {
     int64_t ld_res = 0, ld_res_out = 0;
 };
 constexpr int kMaxMatvecJobs = 4;
-void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s);
+struct NormAfter;
+void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s,
+                      const NormAfter* after = nullptr);
 bool matvec_multi_supports(GgmlType t);
 // Which kernel computes one-token quantized products (matmul_vec, matmul_vec_multi
 // with T = 1): 3 (default) several rows per warp for K-quants (other types as
@@ -78,8 +80,9 @@ bool matvec_multi_supports(GgmlType t);
 // measurements); set_matvec_variant(v) overrides that (0: the environment's).
 int matvec_variant();
 void set_matvec_variant(int v);
-// Rows per warp of v3 for Q4_K / Q5_K (Q6_K: half): 2, 4 (default) or 8, from
-// QINFER_CUDA_MV_ROWS; set_matvec_rows(r) overrides that (0: the environment's).
+// Rows per warp of v3 for Q4_K (Q5_K / Q6_K: half): by default chosen per launch
+// from its rows; 1, 2, 4 or 8 from QINFER_CUDA_MV_ROWS or set_matvec_rows(r)
+// fixes it (0: back to the environment's / the automatic choice).
 void set_matvec_rows(int r);
 
 // Same product for many tokens on the tensor cores (int8 mma for quantized
@@ -145,6 +148,18 @@ struct NormJob {
 // e.g. heads, when their length is a power of two), q an 8-bit kind.
 bool norm_quantize_fits(const NormJob& j, const ActDest& q);
 void norm_quantize(const NormJob& j, const ActDest& q, cudaStream_t s);
+// The same norm_quantize run by the last block of a one-token product launch
+// (matmul_vec_multi) on the residual row its last job's epilogue wrote: one
+// kernel boundary fewer between the products of consecutive blocks, with
+// bit-identical results. counter: a zeroed device word, left zeroed. Applies
+// to the K-quant rows kernel (v3) and an Rms norm of that one row (a multiple
+// of 256 floats, at most 8192) quantized as a whole.
+struct NormAfter {
+    NormJob norm;
+    ActDest q;
+    unsigned* counter = nullptr;
+};
+bool norm_after_fits(const MatvecJob* jobs, int n_jobs, int64_t T, const NormJob& norm, const ActDest& q);
 // Two norms of one kind, eps and row length (q and k heads) in one launch, the
 // results those of a then b; applies when b neither reads nor writes what a
 // writes, nor writes what a reads.

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "runtime/cuda/act_quant.cuh"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/launch.cuh"
 #include "runtime/cuda/quant_dot.cuh"
@@ -42,7 +43,7 @@ namespace {
 constexpr int MMV_WARPS = 4;  // rows per block
 
 bool rows_kernel_supports(GgmlType t);
-void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s);
+void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s, const NormAfter* after = nullptr);
 
 WArgs wargs(const DeviceWeight& w) {
     WArgs a;
@@ -288,9 +289,22 @@ struct MvJobDev {
     int block0;  // first block of this job
     int rpw;     // rows per warp (v3)
 };
+// The norm + activation quantization that the last block of a launch runs
+// (NormAfter); qk 0: none.
+struct NormEpi {
+    const float* x;  // the residual row the products' epilogue wrote
+    const float* w;
+    float* y;
+    ActOutPtrs q;
+    float eps;
+    int n;   // a multiple of 256, <= 8192
+    int qk;  // 1 Q8_0, 2 Q8_1, 3 Q8_K
+    unsigned* counter;
+};
 struct MvBatch {
     MvJobDev job[kMaxMatvecJobs];
     int n;
+    NormEpi epi;
 };
 
 // A job as the kernels see it (block0 / rpw are set by the launcher).
@@ -380,24 +394,58 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
 // units, their order per lane and the reduction are those of v1 / v2, so
 // results are bit-identical.
 
-// Rows per warp for Q4_K (Q5_K / Q6_K units hold 1.5 / 2 times the registers: half as many).
+// Rows per warp for Q4_K (Q5_K / Q6_K units hold 1.5 / 2 times the registers:
+// half as many). More rows per warp means fewer warps: a launch takes the most
+// rows per warp (4 at most) that still leave ~16 warps per SM, fewer for long
+// rows (a warp of K = 9216 has 3.6 times the steps of one of K = 2560).
+// Measured on an H200 (bench/results/cuda-h200.md): 4 for the 2 x 9216-row
+// gate+up pair and the 12,352 DeltaNet input rows, 2 for 4096-6144 rows, 1 for
+// 2560 rows of K = 4096. QINFER_CUDA_MV_ROWS=1/2/4/8 fixes it (A/B).
 std::atomic<int> g_rows_override{0};
-int rows_per_warp() {
+int forced_rows() {
     if (const int forced = g_rows_override.load(std::memory_order_relaxed)) return forced;
     static const int from_env = [] {
         const char* v = std::getenv("QINFER_CUDA_MV_ROWS");
         const int r = v ? std::atoi(v) : 0;
-        return r == 2 || r == 4 || r == 8 ? r : 4;
+        return r == 1 || r == 2 || r == 4 || r == 8 ? r : 0;
     }();
     return from_env;
 }
 int rows_for(GgmlType t, int R) { return t == GgmlType::Q4_K ? R : std::max(1, R / 2); }
-// The next step's loads in flight during this step's arithmetic (QINFER_CUDA_MV_PIPE=0: not;
-// Q6_K never: its three weight and four activation vectors per unit would spill).
+
+int sm_count() {
+    static const int n = [] {
+        int dev = 0, sms = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            return 132;
+        return std::max(1, sms);
+    }();
+    return n;
+}
+
+int64_t rows_warps(const MatvecJob* jobs, int n_jobs, int R) {
+    int64_t w = 0;
+    for (int i = 0; i < n_jobs; ++i) w += ceil_div(jobs[i].w.N, int64_t(rows_for(jobs[i].w.type, R)));
+    return w;
+}
+
+int choose_rows(const MatvecJob* jobs, int n_jobs) {
+    if (const int f = forced_rows()) return f;
+    const double K = double(jobs[0].w.K);
+    const double target = 16.0 * sm_count() * std::min(1.0, 2560.0 / K);
+    for (int R : {4, 2})
+        if (double(rows_warps(jobs, n_jobs, R)) >= target) return R;
+    return 1;
+}
+
+// The next step's loads in flight during this step's arithmetic: slower on the
+// H200 at every shape but one (QINFER_CUDA_MV_PIPE=1 turns it on; never for
+// Q6_K, whose three weight and four activation vectors per unit would spill).
 bool rows_pipelined() {
     static const bool on = [] {
         const char* v = std::getenv("QINFER_CUDA_MV_PIPE");
-        return !(v && std::strcmp(v, "0") == 0);
+        return v && std::strcmp(v, "1") == 0;
     }();
     return on;
 }
@@ -455,12 +503,67 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
     }
 }
 
+// The last block of the launch to finish (counted on e.counter, which it
+// leaves at 0 for the next launch: that one counts only after its
+// programmatic-launch wait, i.e. after this grid completed) normalizes the
+// residual row and quantizes it, as reg_norm_kernel (ops.cu) with tpr = n / 8
+// would: span c of 256 elements is its warp c, so the sum of squares is
+// formed in the same order and the results are bit-identical. The row is read
+// past L1 (__ldcg): this block's L1 may hold lines of it from before the
+// other blocks wrote them.
+template <int QK>
+__device__ __forceinline__ void norm_quant_spans(const NormEpi& e, float s, int warp, int lane) {
+    for (int c = warp; c < e.n / 256; c += MMV_WARPS) {
+        const int64_t k0 = int64_t(c) * 256 + lane * 8;
+        const float4 a = __ldcg(reinterpret_cast<const float4*>(e.x + k0)),
+                     b = __ldcg(reinterpret_cast<const float4*>(e.x + k0 + 4));
+        const float4 wa = __ldg(reinterpret_cast<const float4*>(e.w + k0)), wb = __ldg(reinterpret_cast<const float4*>(e.w + k0 + 4));
+        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        const float wv[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = (v[i] * s) * wv[i];
+        *reinterpret_cast<float4*>(e.y + k0) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4*>(e.y + k0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
+        quantize_span<QK>(v, lane, e.q, 0, e.n, int64_t(c) * 256, true);
+    }
+}
+
+__device__ __noinline__ void norm_after_last_block(const NormEpi& e) {
+    __shared__ unsigned ticket;
+    __shared__ float red[32];
+    __threadfence();  // this block's outputs, before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) ticket = atomicAdd(e.counter, 1u);
+    __syncthreads();
+    if (ticket != gridDim.x - 1) return;
+    __threadfence();  // the other blocks' outputs, after their count
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    for (int c = warp; c < e.n / 256; c += MMV_WARPS) {
+        const int64_t k0 = int64_t(c) * 256 + lane * 8;
+        const float4 a = __ldcg(reinterpret_cast<const float4*>(e.x + k0)),
+                     b = __ldcg(reinterpret_cast<const float4*>(e.x + k0 + 4));
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float ss = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ss = fmaf(v[i], v[i], ss);
+        for (int o = WARP / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) red[c] = ss;
+    }
+    __syncthreads();
+    const float ss = warp_sum(lane < e.n / 256 ? red[lane] : 0.f);
+    const float s = 1.f / sqrtf(ss / float(e.n) + e.eps);
+    if (e.qk == 1) norm_quant_spans<1>(e, s, warp, lane);
+    else if (e.qk == 2) norm_quant_spans<2>(e, s, warp, lane);
+    else norm_quant_spans<3>(e, s, warp, lane);
+    if (threadIdx.x == 0) *e.counter = 0;
+}
+
 // Blocks per SM asked of the register allocator: Q4_K at R = 4 takes ~120
 // registers unbounded (4 blocks, 16 warps per SM), which would leave a gate+up
 // pair of 2 x 9216 rows in more than two waves. Without the pipeline a step's
 // registers are held once.
 constexpr int rows_min_blocks(int R, bool pipe) {
-    return pipe ? (R >= 8 ? 3 : R == 4 ? 5 : 7) : (R >= 8 ? 4 : R == 4 ? 6 : 8);
+    return pipe ? (R >= 8 ? 3 : R == 4 ? 5 : R == 2 ? 7 : 8) : (R >= 8 ? 4 : R == 4 ? 6 : R == 2 ? 8 : 10);
 }
 
 // TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
@@ -476,24 +579,26 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, PIPE)) mm
     const int64_t row0 = (int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP) * rpw;
     const int lane = threadIdx.x % WARP;
     pdl_launch_dependents();
-    if (row0 >= j.N) return;
-    float acc[R];
+    if (row0 < j.N) {  // no early exit: the whole block meets in the epilogue below
+        float acc[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = 0.f;
-    if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, PIPE>(j.w, row0, j.N, A, lane, acc);
-    else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), PIPE>(j.w, row0, j.N, A, lane, acc);
-    else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), false>(j.w, row0, j.N, A, lane, acc);  // spills pipelined
+        for (int r = 0; r < R; ++r) acc[r] = 0.f;
+        if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, PIPE>(j.w, row0, j.N, A, lane, acc);
+        else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), PIPE>(j.w, row0, j.N, A, lane, acc);
+        else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), false>(j.w, row0, j.N, A, lane, acc);  // spills pipelined
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-        if (r >= rpw || row0 + r >= j.N) break;
-        const float v = warp_sum(acc[r]);
-        if (lane == 0) {
-            const int64_t row = row0 + r;
-            const float o = v + (j.bias ? j.bias[row] : 0.f);
-            j.y[row] = o;
-            if (j.res) j.res_out[row] = j.res[row] + o;
+        for (int r = 0; r < R; ++r) {
+            if (r >= rpw || row0 + r >= j.N) break;
+            const float v = warp_sum(acc[r]);
+            if (lane == 0) {
+                const int64_t row = row0 + r;
+                const float o = v + (j.bias ? j.bias[row] : 0.f);
+                j.y[row] = o;
+                if (j.res) j.res_out[row] = j.res[row] + o;
+            }
         }
     }
+    if (b.epi.qk) norm_after_last_block(b.epi);
 }
 
 template <int R, bool PIPE>
@@ -509,10 +614,23 @@ void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const 
 }
 
 // Jobs of K-quant types only (rows_kernel_supports).
-void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s) {
-    const int R = rows_per_warp();
+void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s, const NormAfter* after) {
+    const int R = choose_rows(jobs, n_jobs);
     MvBatch b{};
     b.n = n_jobs;
+    if (after) {
+        const ActQ q = act_view(after->q.kind, after->q.buf, after->q.x, after->q.K, after->q.T);
+        NormEpi& e = b.epi;
+        e.x = after->norm.x.data;
+        e.w = after->norm.w;
+        e.y = after->norm.y.data;
+        e.q = ActOutPtrs{const_cast<int8_t*>(q.qs), const_cast<float*>(q.d), const_cast<float*>(q.s),
+                         const_cast<int16_t*>(q.bsum)};
+        e.eps = after->norm.eps;
+        e.n = int(after->norm.x.n);
+        e.qk = after->q.kind == ActKind::Q8_0 ? 1 : after->q.kind == ActKind::Q8_1 ? 2 : 3;
+        e.counter = after->counter;
+    }
     int64_t blocks = 0;
     bool mixed = false;
     for (int i = 0; i < n_jobs; ++i) {
@@ -526,14 +644,17 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
     if (blocks >= (int64_t(1) << 31)) fail(strfmt("CUDA matvec: %lld blocks", (long long)blocks));
     if (blocks == 0) return;
     const bool pipe = rows_pipelined();
-    if (R == 2) pipe ? rows_start<2, true>(b, int(blocks), mixed, s, act) : rows_start<2, false>(b, int(blocks), mixed, s, act);
+    if (R == 1) pipe ? rows_start<1, true>(b, int(blocks), mixed, s, act) : rows_start<1, false>(b, int(blocks), mixed, s, act);
+    else if (R == 2) pipe ? rows_start<2, true>(b, int(blocks), mixed, s, act) : rows_start<2, false>(b, int(blocks), mixed, s, act);
     else if (R == 8) pipe ? rows_start<8, true>(b, int(blocks), mixed, s, act) : rows_start<8, false>(b, int(blocks), mixed, s, act);
     else pipe ? rows_start<4, true>(b, int(blocks), mixed, s, act) : rows_start<4, false>(b, int(blocks), mixed, s, act);
 }
 
 }  // namespace
 
-void set_matvec_rows(int r) { g_rows_override.store(r == 2 || r == 4 || r == 8 ? r : 0, std::memory_order_relaxed); }
+void set_matvec_rows(int r) {
+    g_rows_override.store(r == 1 || r == 2 || r == 4 || r == 8 ? r : 0, std::memory_order_relaxed);
+}
 
 bool matvec_multi_supports(GgmlType t) {
     switch (t) {
@@ -545,9 +666,31 @@ bool matvec_multi_supports(GgmlType t) {
     }
 }
 
-void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s) {
+namespace {
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+bool rows_path(const MatvecJob* jobs, int n_jobs, int64_t T) {
+    bool rows = T == 1 && matvec_variant() >= 3;
+    for (int i = 0; i < n_jobs; ++i) rows &= rows_kernel_supports(jobs[i].w.type);
+    return rows;
+}
+}  // namespace
+
+bool norm_after_fits(const MatvecJob* jobs, int n_jobs, int64_t T, const NormJob& norm, const ActDest& q) {
+    if (n_jobs < 1 || n_jobs > kMaxMatvecJobs || !rows_path(jobs, n_jobs, T)) return false;
+    const MatvecJob& last = jobs[n_jobs - 1];
+    const int64_t n = norm.x.n;
+    return last.res && last.res_out == norm.x.data && n == last.w.N && norm.op == NormOp::Rms &&
+           norm.x.n1 * norm.x.n2 == 1 && n % 256 == 0 && n <= 8192 && q.K == n && q.T == 1 &&
+           (q.kind == ActKind::Q8_0 || q.kind == ActKind::Q8_1 || q.kind == ActKind::Q8_K) &&
+           aligned16(norm.x.data) && aligned16(norm.y.data) && aligned16(norm.w) && norm_quantize_fits(norm, q);
+}
+
+void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s,
+                      const NormAfter* after) {
     if (n_jobs < 1 || n_jobs > kMaxMatvecJobs || T < 1 || T > 8)
         fail(strfmt("CUDA matvec batch: %d jobs, %lld tokens", n_jobs, (long long)T));
+    if (after && (!after->counter || !norm_after_fits(jobs, n_jobs, T, after->norm, after->q)))
+        fail("CUDA matvec batch: the norm after it does not fit (norm_after_fits)");
     MvBatch b{};
     b.n = n_jobs;
     int blocks = 0;
@@ -559,10 +702,8 @@ void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_
         d.block0 = blocks;
         blocks += ceil_div(j.w.N, MMV_WARPS);
     }
-    bool rows = T == 1 && matvec_variant() >= 3;
-    for (int i = 0; i < n_jobs; ++i) rows &= rows_kernel_supports(jobs[i].w.type);
-    if (rows) {
-        rows_launch(jobs, n_jobs, act, s);
+    if (rows_path(jobs, n_jobs, T)) {
+        rows_launch(jobs, n_jobs, act, s, after);
         QINFER_CUDA_LAUNCHED("matmul_vec_multi");
         return;
     }
