@@ -87,7 +87,6 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
     graphs_enabled_ = !env_is("QINFER_CUDA_GRAPHS", "0");
     fuse_ = !env_is("QINFER_CUDA_FUSE", "0");
     fuse_norm_ = fuse_ && !env_is("QINFER_CUDA_FUSE_NORM", "0");
-    norm_after_ = fuse_norm_ && !env_is("QINFER_CUDA_NORM_AFTER", "0");
     profile_ = env_is("QINFER_CUDA_PROFILE", "1");
     if (profile_) {
         graphs_enabled_ = true;  // ops are queued (so fusion happens) but never recorded
@@ -95,14 +94,6 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
         *hold_flag_ = 0;
         QINFER_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&hold_flag_dev_), hold_flag_, 0));
     }
-}
-
-unsigned* CudaBackend::arrive_counter() {
-    if (!arrive_counter_) {
-        QINFER_CUDA_CHECK(cudaMalloc(&arrive_counter_, sizeof(unsigned)));
-        QINFER_CUDA_CHECK(cudaMemset(arrive_counter_, 0, sizeof(unsigned)));
-    }
-    return arrive_counter_;
 }
 
 CudaBackend::~CudaBackend() {
@@ -130,7 +121,6 @@ CudaBackend::~CudaBackend() {
     }
     for (const auto& r : pinned_ranges_) cudaHostUnregister(const_cast<uint8_t*>(r.first));
     if (raw_stage_) cudaFree(raw_stage_);
-    if (arrive_counter_) cudaFree(arrive_counter_);
     if (streamed_) cudaEventDestroy(streamed_);
     if (cublas_) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
     if (upload_stream_) cudaStreamDestroy(upload_stream_);
@@ -1019,31 +1009,14 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
                 ++j;
             }
         }
-        // the norm and quantization of the residual row after it: run by the
-        // launch's last block
-        cuda::NormAfter na;
-        bool norm_after = false;
-        if (residual && norm_after_ && j + 1 < n && pending_[j].kind == PendingOp::Norm &&
-            pending_[j + 1].kind == PendingOp::Quantize &&
-            cuda::norm_after_fits(jobs, nj, op.T, pending_[j].norm, pending_[j + 1].dest)) {
-            na.norm = pending_[j].norm;
-            na.q = pending_[j + 1].dest;
-            na.counter = arrive_counter();
-            norm_after = true;
-        }
         if (prof) {
             std::string label = nj > 1 || residual ? "fused:" : "";
             for (size_t k = i; k < i + size_t(nj); ++k) label += (k > i ? " + " : " ") + pending_[k].label;
             if (residual) label += " + add";
-            if (norm_after) label += " + " + pending_[j].label + " + " + pending_[j + 1].label;
             before(label);
         }
         if (nj == 1 && !residual) op.run();
-        else cuda::matmul_vec_multi(jobs, nj, op.act, op.T, stream_, norm_after ? &na : nullptr);
-        if (norm_after) {
-            j += 2;
-            ++fused_producers_;
-        }
+        else cuda::matmul_vec_multi(jobs, nj, op.act, op.T, stream_);
         after();
         i = j;
     }

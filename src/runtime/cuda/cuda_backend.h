@@ -173,14 +173,7 @@ private:
     // that follows them, and two independent norms in one launch
     // (QINFER_CUDA_FUSE_NORM=0 turns just these off).
     bool fuse_norm_ = true;
-    // The norm + quantization after a residual product run by that product's
-    // last block (QINFER_CUDA_NORM_AFTER=0 turns just this off).
-    bool norm_after_ = true;
     uint64_t fused_producers_ = 0;
-    // The launch-completion count of matvec launches that end with a norm
-    // (cuda::NormAfter); allocated on first use, always back at 0 between launches.
-    unsigned* arrive_counter_ = nullptr;
-    unsigned* arrive_counter();
     struct GraphRec {
         std::vector<uint8_t> sig;
         cudaGraphExec_t exec = nullptr;

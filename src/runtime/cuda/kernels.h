@@ -69,9 +69,7 @@ struct MatvecJob {
     int64_t ld_res = 0, ld_res_out = 0;
 };
 constexpr int kMaxMatvecJobs = 4;
-struct NormAfter;
-void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s,
-                      const NormAfter* after = nullptr);
+void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s);
 bool matvec_multi_supports(GgmlType t);
 // Which kernel computes one-token quantized products (matmul_vec, matmul_vec_multi
 // with T = 1): 3 (default) several rows per warp for K-quants (other types as
@@ -148,18 +146,6 @@ struct NormJob {
 // e.g. heads, when their length is a power of two), q an 8-bit kind.
 bool norm_quantize_fits(const NormJob& j, const ActDest& q);
 void norm_quantize(const NormJob& j, const ActDest& q, cudaStream_t s);
-// The same norm_quantize run by the last block of a one-token product launch
-// (matmul_vec_multi) on the residual row its last job's epilogue wrote: one
-// kernel boundary fewer between the products of consecutive blocks, with
-// bit-identical results. counter: a zeroed device word, left zeroed. Applies
-// to the K-quant rows kernel (v3) and an Rms norm of that one row (a multiple
-// of 256 floats, at most 8192) quantized as a whole.
-struct NormAfter {
-    NormJob norm;
-    ActDest q;
-    unsigned* counter = nullptr;
-};
-bool norm_after_fits(const MatvecJob* jobs, int n_jobs, int64_t T, const NormJob& norm, const ActDest& q);
 // Two norms of one kind, eps and row length (q and k heads) in one launch, the
 // results those of a then b; applies when b neither reads nor writes what a
 // writes, nor writes what a reads.

@@ -11,7 +11,6 @@
 #include <utility>
 
 #include "common/error.h"
-#include "runtime/cuda/act_quant.cuh"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/launch.cuh"
 #include "runtime/cuda/quant_dot.cuh"
@@ -43,7 +42,7 @@ namespace {
 constexpr int MMV_WARPS = 4;  // rows per block
 
 bool rows_kernel_supports(GgmlType t);
-void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s, const NormAfter* after = nullptr);
+void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s);
 
 WArgs wargs(const DeviceWeight& w) {
     WArgs a;
@@ -289,22 +288,10 @@ struct MvJobDev {
     int block0;  // first block of this job
     int rpw;     // rows per warp (v3)
 };
-// The norm + activation quantization that the last block of a launch runs
-// (NormAfter); qk 0: none.
-struct NormEpi {
-    const float* x;  // the residual row the products' epilogue wrote
-    const float* w;
-    float* y;
-    ActOutPtrs q;
-    float eps;
-    int n;   // a multiple of 256, <= 8192
-    int qk;  // 1 Q8_0, 2 Q8_1, 3 Q8_K
-    unsigned* counter;
-};
 struct MvBatch {
     MvJobDev job[kMaxMatvecJobs];
     int n;
-    NormEpi epi;
+    bool prefetch;  // v3: rows pulled into L2 before the wait (QINFER_CUDA_MV_PREFETCH=0: not)
 };
 
 // A job as the kernels see it (block0 / rpw are set by the launcher).
@@ -458,7 +445,7 @@ bool rows_kernel_supports(GgmlType t) {
 // units; rows past N repeat row N - 1 (loaded, never written).
 template <GgmlType TY, int RR, bool PIPE, int R>
 __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t N, const ActQ& A, int lane,
-                                          float (&acc)[R]) {
+                                          bool prefetch, float (&acc)[R]) {
     using U = RowUnit<TY>;
     const int units = int(w.bpr) * U::UPB;
     int64_t blk0[RR];
@@ -466,6 +453,10 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
     for (int r = 0; r < RR; ++r) blk0[r] = (row0 + r < N ? row0 + r : N - 1) * w.bpr;
     int u = lane;
     typename U::W cw[RR], nw[RR];
+    if (prefetch) {  // the rows' later steps: into L2 while the previous kernel finishes
+#pragma unroll
+        for (int r = 0; r < RR; ++r) prefetch_row_l2(w, TY, blk0[r] / w.bpr, lane);
+    }
     if (u < units) {
 #pragma unroll
         for (int r = 0; r < RR; ++r) cw[r] = U::load_w(w, blk0[r], u);
@@ -503,63 +494,6 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
     }
 }
 
-// The last block of the launch to finish (counted on e.counter, which it
-// leaves at 0 for the next launch: that one counts only after its
-// programmatic-launch wait, i.e. after this grid completed) normalizes the
-// residual row and quantizes it, as reg_norm_kernel (ops.cu) with tpr = n / 8
-// would: span c of 256 elements is its warp c, so the sum of squares is
-// formed in the same order and the results are bit-identical. The row is read
-// past L1 (__ldcg): this block's L1 may hold lines of it from before the
-// other blocks wrote them.
-template <int QK>
-__device__ __forceinline__ void norm_quant_spans(const NormEpi& e, float s, int warp, int lane) {
-    for (int c = warp; c < e.n / 256; c += MMV_WARPS) {
-        const int64_t k0 = int64_t(c) * 256 + lane * 8;
-        const float4 a = __ldcg(reinterpret_cast<const float4*>(e.x + k0)),
-                     b = __ldcg(reinterpret_cast<const float4*>(e.x + k0 + 4));
-        const float4 wa = __ldg(reinterpret_cast<const float4*>(e.w + k0)), wb = __ldg(reinterpret_cast<const float4*>(e.w + k0 + 4));
-        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        const float wv[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = (v[i] * s) * wv[i];
-        *reinterpret_cast<float4*>(e.y + k0) = make_float4(v[0], v[1], v[2], v[3]);
-        *reinterpret_cast<float4*>(e.y + k0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
-        quantize_span<QK>(v, lane, e.q, 0, e.n, int64_t(c) * 256, true);
-    }
-}
-
-// Inlined: a call would copy the kernel's parameter block (the jobs) to every
-// thread's stack (536 bytes; the products ran 3x slower).
-__device__ __forceinline__ void norm_after_last_block(const NormEpi& e) {
-    __shared__ unsigned ticket;
-    __shared__ float red[32];
-    __threadfence();  // this block's outputs, before it is counted
-    __syncthreads();
-    if (threadIdx.x == 0) ticket = atomicAdd(e.counter, 1u);
-    __syncthreads();
-    if (ticket != gridDim.x - 1) return;
-    __threadfence();  // the other blocks' outputs, after their count
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    for (int c = warp; c < e.n / 256; c += MMV_WARPS) {
-        const int64_t k0 = int64_t(c) * 256 + lane * 8;
-        const float4 a = __ldcg(reinterpret_cast<const float4*>(e.x + k0)),
-                     b = __ldcg(reinterpret_cast<const float4*>(e.x + k0 + 4));
-        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        float ss = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) ss = fmaf(v[i], v[i], ss);
-        for (int o = WARP / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) red[c] = ss;
-    }
-    __syncthreads();
-    const float ss = warp_sum(lane < e.n / 256 ? red[lane] : 0.f);
-    const float s = 1.f / sqrtf(ss / float(e.n) + e.eps);
-    if (e.qk == 1) norm_quant_spans<1>(e, s, warp, lane);
-    else if (e.qk == 2) norm_quant_spans<2>(e, s, warp, lane);
-    else norm_quant_spans<3>(e, s, warp, lane);
-    if (threadIdx.x == 0) *e.counter = 0;
-}
-
 // Blocks per SM asked of the register allocator: Q4_K at R = 4 takes ~120
 // registers unbounded (4 blocks, 16 warps per SM), which would leave a gate+up
 // pair of 2 x 9216 rows in more than two waves. Without the pipeline a step's
@@ -581,13 +515,13 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, PIPE)) mm
     const int64_t row0 = (int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP) * rpw;
     const int lane = threadIdx.x % WARP;
     pdl_launch_dependents();
-    if (row0 < j.N) {  // no early exit: the whole block meets in the epilogue below
+    if (row0 < j.N) {
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.f;
-        if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, PIPE>(j.w, row0, j.N, A, lane, acc);
-        else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), PIPE>(j.w, row0, j.N, A, lane, acc);
-        else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), false>(j.w, row0, j.N, A, lane, acc);  // spills pipelined
+        if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, PIPE>(j.w, row0, j.N, A, lane, b.prefetch, acc);
+        else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), PIPE>(j.w, row0, j.N, A, lane, b.prefetch, acc);
+        else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), false>(j.w, row0, j.N, A, lane, b.prefetch, acc);  // spills pipelined
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             if (r >= rpw || row0 + r >= j.N) break;
@@ -600,7 +534,6 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, PIPE)) mm
             }
         }
     }
-    if (b.epi.qk) norm_after_last_block(b.epi);
 }
 
 template <int R, bool PIPE>
@@ -616,23 +549,15 @@ void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const 
 }
 
 // Jobs of K-quant types only (rows_kernel_supports).
-void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s, const NormAfter* after) {
+void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s) {
+    static const bool prefetch = [] {
+        const char* v = std::getenv("QINFER_CUDA_MV_PREFETCH");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
     const int R = choose_rows(jobs, n_jobs);
     MvBatch b{};
     b.n = n_jobs;
-    if (after) {
-        const ActQ q = act_view(after->q.kind, after->q.buf, after->q.x, after->q.K, after->q.T);
-        NormEpi& e = b.epi;
-        e.x = after->norm.x.data;
-        e.w = after->norm.w;
-        e.y = after->norm.y.data;
-        e.q = ActOutPtrs{const_cast<int8_t*>(q.qs), const_cast<float*>(q.d), const_cast<float*>(q.s),
-                         const_cast<int16_t*>(q.bsum)};
-        e.eps = after->norm.eps;
-        e.n = int(after->norm.x.n);
-        e.qk = after->q.kind == ActKind::Q8_0 ? 1 : after->q.kind == ActKind::Q8_1 ? 2 : 3;
-        e.counter = after->counter;
-    }
+    b.prefetch = prefetch;
     int64_t blocks = 0;
     bool mixed = false;
     for (int i = 0; i < n_jobs; ++i) {
@@ -669,7 +594,6 @@ bool matvec_multi_supports(GgmlType t) {
 }
 
 namespace {
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 bool rows_path(const MatvecJob* jobs, int n_jobs, int64_t T) {
     bool rows = T == 1 && matvec_variant() >= 3;
     for (int i = 0; i < n_jobs; ++i) rows &= rows_kernel_supports(jobs[i].w.type);
@@ -677,22 +601,9 @@ bool rows_path(const MatvecJob* jobs, int n_jobs, int64_t T) {
 }
 }  // namespace
 
-bool norm_after_fits(const MatvecJob* jobs, int n_jobs, int64_t T, const NormJob& norm, const ActDest& q) {
-    if (n_jobs < 1 || n_jobs > kMaxMatvecJobs || !rows_path(jobs, n_jobs, T)) return false;
-    const MatvecJob& last = jobs[n_jobs - 1];
-    const int64_t n = norm.x.n;
-    return last.res && last.res_out == norm.x.data && n == last.w.N && norm.op == NormOp::Rms &&
-           norm.x.n1 * norm.x.n2 == 1 && n % 256 == 0 && n <= 8192 && q.K == n && q.T == 1 &&
-           (q.kind == ActKind::Q8_0 || q.kind == ActKind::Q8_1 || q.kind == ActKind::Q8_K) &&
-           aligned16(norm.x.data) && aligned16(norm.y.data) && aligned16(norm.w) && norm_quantize_fits(norm, q);
-}
-
-void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s,
-                      const NormAfter* after) {
+void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s) {
     if (n_jobs < 1 || n_jobs > kMaxMatvecJobs || T < 1 || T > 8)
         fail(strfmt("CUDA matvec batch: %d jobs, %lld tokens", n_jobs, (long long)T));
-    if (after && (!after->counter || !norm_after_fits(jobs, n_jobs, T, after->norm, after->q)))
-        fail("CUDA matvec batch: the norm after it does not fit (norm_after_fits)");
     MvBatch b{};
     b.n = n_jobs;
     int blocks = 0;
@@ -705,7 +616,7 @@ void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_
         blocks += ceil_div(j.w.N, MMV_WARPS);
     }
     if (rows_path(jobs, n_jobs, T)) {
-        rows_launch(jobs, n_jobs, act, s, after);
+        rows_launch(jobs, n_jobs, act, s);
         QINFER_CUDA_LAUNCHED("matmul_vec_multi");
         return;
     }
