@@ -291,7 +291,6 @@ struct MvJobDev {
 struct MvBatch {
     MvJobDev job[kMaxMatvecJobs];
     int n;
-    bool prefetch;  // v3: rows pulled into L2 before the wait (QINFER_CUDA_MV_PREFETCH=0: not)
 };
 
 // A job as the kernels see it (block0 / rpw are set by the launcher).
@@ -383,11 +382,12 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
 
 // Rows per warp for Q4_K (Q5_K / Q6_K units hold 1.5 / 2 times the registers:
 // half as many). More rows per warp means fewer warps: a launch takes the most
-// rows per warp (4 at most) that still leave ~16 warps per SM, fewer for long
-// rows (a warp of K = 9216 has 3.6 times the steps of one of K = 2560).
-// Measured on an H200 (bench/results/cuda-h200.md): 4 for the 2 x 9216-row
-// gate+up pair and the 12,352 DeltaNet input rows, 2 for 4096-6144 rows, 1 for
-// 2560 rows of K = 4096. QINFER_CUDA_MV_ROWS=1/2/4/8 fixes it (A/B).
+// rows per warp (4 at most) that still leave ~32 warps per SM, fewer for long
+// rows (a warp of K = 9216 has 3.6 times the steps of one of K = 2560): 4 for
+// the 2 x 9216-row gate+up pair, 2 for the 12,352 DeltaNet input rows, 1 for
+// 2560 rows of K = 4096 (bench/results/cuda-h200.md: in back-to-back timing ~16
+// warps per SM was as good, in the whole decode step more warps won).
+// QINFER_CUDA_MV_ROWS=1/2/4/8 fixes it (A/B).
 std::atomic<int> g_rows_override{0};
 int forced_rows() {
     if (const int forced = g_rows_override.load(std::memory_order_relaxed)) return forced;
@@ -420,7 +420,7 @@ int64_t rows_warps(const MatvecJob* jobs, int n_jobs, int R) {
 int choose_rows(const MatvecJob* jobs, int n_jobs) {
     if (const int f = forced_rows()) return f;
     const double K = double(jobs[0].w.K);
-    const double target = 16.0 * sm_count() * std::min(1.0, 2560.0 / K);
+    const double target = 32.0 * sm_count() * std::min(1.0, 2560.0 / K);
     for (int R : {4, 2})
         if (double(rows_warps(jobs, n_jobs, R)) >= target) return R;
     return 1;
@@ -445,7 +445,7 @@ bool rows_kernel_supports(GgmlType t) {
 // units; rows past N repeat row N - 1 (loaded, never written).
 template <GgmlType TY, int RR, bool PIPE, int R>
 __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t N, const ActQ& A, int lane,
-                                          bool prefetch, float (&acc)[R]) {
+                                          float (&acc)[R]) {
     using U = RowUnit<TY>;
     const int units = int(w.bpr) * U::UPB;
     int64_t blk0[RR];
@@ -453,10 +453,6 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
     for (int r = 0; r < RR; ++r) blk0[r] = (row0 + r < N ? row0 + r : N - 1) * w.bpr;
     int u = lane;
     typename U::W cw[RR], nw[RR];
-    if (prefetch) {  // the rows' later steps: into L2 while the previous kernel finishes
-#pragma unroll
-        for (int r = 0; r < RR; ++r) prefetch_row_l2(w, TY, blk0[r] / w.bpr, lane);
-    }
     if (u < units) {
 #pragma unroll
         for (int r = 0; r < RR; ++r) cw[r] = U::load_w(w, blk0[r], u);
@@ -519,9 +515,9 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, PIPE)) mm
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.f;
-        if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, PIPE>(j.w, row0, j.N, A, lane, b.prefetch, acc);
-        else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), PIPE>(j.w, row0, j.N, A, lane, b.prefetch, acc);
-        else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), false>(j.w, row0, j.N, A, lane, b.prefetch, acc);  // spills pipelined
+        if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, PIPE>(j.w, row0, j.N, A, lane, acc);
+        else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), PIPE>(j.w, row0, j.N, A, lane, acc);
+        else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), false>(j.w, row0, j.N, A, lane, acc);  // spills pipelined
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             if (r >= rpw || row0 + r >= j.N) break;
@@ -550,14 +546,9 @@ void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const 
 
 // Jobs of K-quant types only (rows_kernel_supports).
 void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s) {
-    static const bool prefetch = [] {
-        const char* v = std::getenv("QINFER_CUDA_MV_PREFETCH");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
     const int R = choose_rows(jobs, n_jobs);
     MvBatch b{};
     b.n = n_jobs;
-    b.prefetch = prefetch;
     int64_t blocks = 0;
     bool mixed = false;
     for (int i = 0; i < n_jobs; ++i) {
