@@ -547,6 +547,65 @@ TEST(CudaMatvecMulti, DependentChainWithoutSync) {
     ASSERT_TRUE(same_bits(get(y, size_t(N)), yref[(steps - 1) % 2]));
 }
 
+// A one-token conv riding in the products' epilogue (ConvAfter) against the
+// products and then conv1d_silu: the same conv output, state and product
+// outputs, bit for bit; the second of two jobs, a nonzero slot, K = 4 and 2.
+TEST(CudaMatvecConvAfter, EqualsSeparateConv) {
+    REQUIRE_GPU();
+    VariantGuard guard;
+    cuda::set_matvec_variant(3);
+    const int64_t K = 2560, C = 1280;  // the conv channels are the second job's rows
+    for (int ks : {4, 2}) {
+        SCOPED_TRACE(testing::Message() << "kernel size " << ks);
+        const GpuWeight w0 = make_weight(GgmlType::Q4_K, K, 300, 21), w1 = make_weight(GgmlType::Q6_K, K, C, 22);
+        const GpuAct act = make_act(GgmlType::Q4_K, random_x(K, 23));
+        const int n_slots = 3, slot = 2;
+        std::vector<float> cw(size_t(ks * C)), st0(size_t((ks - 1) * C * n_slots));
+        Rng r(24);
+        for (float& v : cw) v = 0.5f * r.normal();
+        for (float& v : st0) v = r.normal();
+        DevBuf y0(300 * 4), y1(size_t(C) * 4), dcw(cw.size() * 4), state(st0.size() * 4), out(size_t(C) * 4),
+            seg(sizeof(cuda::Segment));
+        const cuda::Segment sg{0, 1, slot, 7};
+        CU(cudaMemcpy(dcw.p, cw.data(), cw.size() * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(seg.p, &sg, sizeof sg, cudaMemcpyHostToDevice));
+        cuda::MatvecJob jobs[2];
+        jobs[0].w = w0.dw();
+        jobs[0].y = y0.f();
+        jobs[0].ldy = 300;
+        jobs[1].w = w1.dw();
+        jobs[1].y = y1.f();
+        jobs[1].ldy = C;
+        ASSERT_TRUE(cuda::conv_after_fits(jobs, 2, 1));
+        std::vector<float> y[2], o[2], s[2];
+        for (int fused : {0, 1}) {
+            CU(cudaMemcpy(state.p, st0.data(), st0.size() * 4, cudaMemcpyHostToDevice));
+            poison(out);
+            poison(y1);
+            jobs[1].conv = fused ? cuda::ConvAfter{dcw.f(), ks, state.f(), static_cast<const cuda::Segment*>(seg.p),
+                                                   out.f()}
+                                 : cuda::ConvAfter{};
+            cuda::matmul_vec_multi(jobs, 2, act.a, 1, nullptr);
+            if (!fused)
+                cuda::conv1d_silu(y1.f(), C, dcw.f(), ks, C, state.f(), n_slots,
+                                  static_cast<const cuda::Segment*>(seg.p), 1, 1, out.f(), C, nullptr);
+            CU(cudaDeviceSynchronize());
+            y[fused] = get(y1, size_t(C));
+            o[fused] = get(out, size_t(C));
+            s[fused] = get(state, st0.size());
+        }
+        EXPECT_TRUE(same_bits(y[0], y[1])) << "product output at " << first_diff(y[0], y[1]);
+        EXPECT_TRUE(same_bits(o[0], o[1])) << "conv output at " << first_diff(o[0], o[1]);
+        EXPECT_TRUE(same_bits(s[0], s[1])) << "conv state at " << first_diff(s[0], s[1]);
+        EXPECT_FALSE(same_bits(s[0], st0)) << "the state did not move";
+    }
+    cuda::set_matvec_variant(2);
+    cuda::MatvecJob j;
+    const GpuWeight w = make_weight(GgmlType::Q4_K, 256, 256, 1);
+    j.w = w.dw();
+    EXPECT_FALSE(cuda::conv_after_fits(&j, 1, 1)) << "v2 has no conv epilogue";
+}
+
 // The LM head shape (Qwen3.5-4B): Q6_K, 2560 x 248320, 521 MB.
 TEST(CudaMatvecLarge, Q6KHeadEqualsOldKernel) {
     REQUIRE_GPU();

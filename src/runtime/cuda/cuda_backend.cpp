@@ -87,6 +87,7 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
     graphs_enabled_ = !env_is("QINFER_CUDA_GRAPHS", "0");
     fuse_ = !env_is("QINFER_CUDA_FUSE", "0");
     fuse_norm_ = fuse_ && !env_is("QINFER_CUDA_FUSE_NORM", "0");
+    fuse_conv_ = fuse_ && !env_is("QINFER_CUDA_FUSE_CONV", "0");
     profile_ = env_is("QINFER_CUDA_PROFILE", "1");
     if (profile_) {
         graphs_enabled_ = true;  // ops are queued (so fusion happens) but never recorded
@@ -775,6 +776,13 @@ void CudaBackend::conv1d_silu(const Tensor& x, const Tensor& w, const RecurrentS
     enqueue([=, s = stream_] {
         cuda::conv1d_silu(xr.data, xr.s1, wp, Ki, C, sp, n_slots, seg, n_seg, max_len, orr.data, orr.s1, s);
     });
+    if (deferring() && n_seg == 1 && max_len == 1 && T == 1) {
+        PendingOp& op = pending_.back();
+        op.kind = PendingOp::Conv;
+        op.conv = cuda::ConvAfter{wp, Ki, sp, seg, orr.data};
+        op.conv_x = xr.data;
+        op.conv_C = C;
+    }
     wrote(cs);
     wrote(out);
 }
@@ -1009,13 +1017,27 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
                 ++j;
             }
         }
+        // a one-token conv of one of the outputs, in the products' epilogue
+        std::string conv_label;
+        if (fuse_conv_ && !residual && j < n && pending_[j].kind == PendingOp::Conv &&
+            cuda::conv_after_fits(jobs, nj, op.T)) {
+            for (int k = 0; k < nj; ++k)
+                if (jobs[k].y == pending_[j].conv_x && jobs[k].w.N == pending_[j].conv_C) {
+                    jobs[k].conv = pending_[j].conv;
+                    conv_label = " + " + pending_[j].label;
+                    ++j;
+                    ++fused_producers_;
+                    break;
+                }
+        }
         if (prof) {
-            std::string label = nj > 1 || residual ? "fused:" : "";
+            std::string label = nj > 1 || residual || !conv_label.empty() ? "fused:" : "";
             for (size_t k = i; k < i + size_t(nj); ++k) label += (k > i ? " + " : " ") + pending_[k].label;
             if (residual) label += " + add";
+            label += conv_label;
             before(label);
         }
-        if (nj == 1 && !residual) op.run();
+        if (nj == 1 && !residual && conv_label.empty()) op.run();
         else cuda::matmul_vec_multi(jobs, nj, op.act, op.T, stream_);
         after();
         i = j;

@@ -157,7 +157,7 @@ private:
         std::function<void()> run;  // empty for a write (payload index)
         int payload = -1;
         // What peephole fusion at flush needs to know (kind 0: opaque).
-        enum Kind { Opaque = 0, Matvec = 1, Add = 2, Norm = 3, Gate = 4, Quantize = 5, Rope = 6 } kind = Opaque;
+        enum Kind { Opaque = 0, Matvec = 1, Add = 2, Norm = 3, Gate = 4, Quantize = 5, Rope = 6, Conv = 7 } kind = Opaque;
         cuda::MatvecJob mv;  // Matvec: quantized weight, T <= 8
         cuda::ActQ act;
         int64_t T = 0;
@@ -166,6 +166,9 @@ private:
         cuda::RopeJob rope;  // Rope
         cuda::Gate gate = cuda::Gate::Swiglu;
         cuda::ActDest dest;  // Quantize: what it quantizes, and where to
+        cuda::ConvAfter conv;  // Conv of one token (n_seg == 1, T == 1): its input is a
+        const float* conv_x = nullptr;  // product's output and it may ride in that launch
+        int64_t conv_C = 0;
         std::string label;   // QINFER_CUDA_PROFILE only
     };
     bool fuse_ = true;
@@ -173,6 +176,9 @@ private:
     // that follows them, and two independent norms in one launch
     // (QINFER_CUDA_FUSE_NORM=0 turns just these off).
     bool fuse_norm_ = true;
+    // A decode step's conv1d in the epilogue of the product that makes its
+    // input (QINFER_CUDA_FUSE_CONV=0 turns just this off).
+    bool fuse_conv_ = true;
     uint64_t fused_producers_ = 0;
     struct GraphRec {
         std::vector<uint8_t> sig;

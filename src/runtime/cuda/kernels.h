@@ -54,11 +54,28 @@ struct DeviceWeight {
 void matmul_vec(const DeviceWeight& w, const ActQ& act, int64_t T, float* y, int64_t ldy, const float* bias,
                 cudaStream_t s);
 
+// A sequence's tokens within a step (DeltaNet kernels, fused conv).
+struct Segment {  // as StepInfo::Segment
+    int32_t first, count, slot, pos0;
+};
+
 // Several quantized matrix-vector products over the same activations in one
 // launch (q/k/v, gate/up, the four DeltaNet projections), each optionally with a
 // residual epilogue: res_out[t][n] = res[t][n] + y[t][n] (y is written too).
 // Every job's weight must be a quantized type with the activation kind `act` was
 // made for; T <= 8.
+//
+// The causal conv + SiLU of a one-token product's output (conv1d_silu for a
+// single segment of one token), computed row by row in the product's epilogue:
+// one launch fewer per DeltaNet layer in decode, bit-identical results. w null:
+// none. Applies with the K-quant rows kernel (v3) only (conv_after_fits).
+struct ConvAfter {
+    const float* w = nullptr;  // {K, C}
+    int K = 0;
+    float* state = nullptr;    // {C, K-1, n_slots}
+    const Segment* seg = nullptr;  // the one segment (device): its slot
+    float* out = nullptr;      // [C]
+};
 struct MatvecJob {
     DeviceWeight w;
     float* y = nullptr;
@@ -67,10 +84,13 @@ struct MatvecJob {
     const float* res = nullptr;  // residual input (null: none)
     float* res_out = nullptr;
     int64_t ld_res = 0, ld_res_out = 0;
+    ConvAfter conv;
 };
 constexpr int kMaxMatvecJobs = 4;
 void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s);
 bool matvec_multi_supports(GgmlType t);
+// Whether the products of a one-token batch run where a ConvAfter can ride along.
+bool conv_after_fits(const MatvecJob* jobs, int n_jobs, int64_t T);
 // Which kernel computes one-token quantized products (matmul_vec, matmul_vec_multi
 // with T = 1): 3 (default) several rows per warp for K-quants (other types as
 // 2); 2 one warp per row; 1 as 2 with the plain Q4_K loop. All give
@@ -184,9 +204,6 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
                float* out, void* work, int max_pos_hint, cudaStream_t s);
 
 // ---- Gated DeltaNet
-struct Segment {  // as StepInfo::Segment
-    int32_t first, count, slot, pos0;
-};
 // conv state {C, K-1, n_slots} f32; x, out [T][C] (row strides ldx / ldo floats); w {K, C}.
 // max_seg_len: the longest segment's token count (sizes the grid).
 void conv1d_silu(const float* x, int64_t ldx, const float* w, int K, int64_t C, float* state, int n_slots,

@@ -287,6 +287,7 @@ struct MvJobDev {
     int type;
     int block0;  // first block of this job
     int rpw;     // rows per warp (v3)
+    ConvAfter conv;
 };
 struct MvBatch {
     MvJobDev job[kMaxMatvecJobs];
@@ -306,6 +307,7 @@ MvJobDev job_dev(const MatvecJob& j) {
     d.ld_res = j.ld_res;
     d.ld_res_out = j.ld_res_out;
     d.type = int(j.w.type);
+    d.conv = j.conv;
     return d;
 }
 
@@ -490,6 +492,27 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
     }
 }
 
+// ConvAfter for channel c of C, whose new input is x: as conv1d_silu_kernel
+// (deltanet.cu) computes one token of one segment -- the same sum in the same
+// order without contraction, and the state shifted by one.
+__device__ __forceinline__ void conv_row(const ConvAfter& cv, int64_t c, int64_t C, float x) {
+    constexpr int KMAX = 6;
+    const int K = cv.K;
+    float* st = cv.state + int64_t(cv.seg->slot) * (K - 1) * C + c;  // state row r at st[r * C]
+    float win[KMAX];
+#pragma unroll
+    for (int r = 0; r < KMAX - 1; ++r)
+        if (r < K - 1) win[r] = st[int64_t(r) * C];
+    float acc = 0.f;
+#pragma unroll
+    for (int r = 0; r < KMAX; ++r)
+        if (r < K) acc = __fadd_rn(acc, __fmul_rn(__ldg(cv.w + c * K + r), r == K - 1 ? x : win[r]));
+    cv.out[c] = silu(acc);
+#pragma unroll
+    for (int r = 0; r < KMAX - 1; ++r)
+        if (r < K - 1) st[int64_t(r) * C] = r + 1 < K - 1 ? win[r + 1] : x;
+}
+
 // Blocks per SM asked of the register allocator: Q4_K at R = 4 takes ~120
 // registers unbounded (4 blocks, 16 warps per SM), which would leave a gate+up
 // pair of 2 x 9216 rows in more than two waves. Without the pipeline a step's
@@ -527,6 +550,7 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, PIPE)) mm
                 const float o = v + (j.bias ? j.bias[row] : 0.f);
                 j.y[row] = o;
                 if (j.res) j.res_out[row] = j.res[row] + o;
+                if (j.conv.w) conv_row(j.conv, row, j.N, o);
             }
         }
     }
@@ -592,6 +616,10 @@ bool rows_path(const MatvecJob* jobs, int n_jobs, int64_t T) {
 }
 }  // namespace
 
+bool conv_after_fits(const MatvecJob* jobs, int n_jobs, int64_t T) {
+    return n_jobs >= 1 && n_jobs <= kMaxMatvecJobs && rows_path(jobs, n_jobs, T);
+}
+
 void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s) {
     if (n_jobs < 1 || n_jobs > kMaxMatvecJobs || T < 1 || T > 8)
         fail(strfmt("CUDA matvec batch: %d jobs, %lld tokens", n_jobs, (long long)T));
@@ -606,6 +634,14 @@ void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_
         d.block0 = blocks;
         blocks += ceil_div(j.w.N, MMV_WARPS);
     }
+    bool conv = false;
+    for (int i = 0; i < n_jobs; ++i) conv |= jobs[i].conv.w != nullptr;
+    if (conv && (!conv_after_fits(jobs, n_jobs, T) || [&] {
+            for (int i = 0; i < n_jobs; ++i)
+                if (jobs[i].conv.w && (jobs[i].conv.K < 2 || jobs[i].conv.K > 6 || !jobs[i].conv.seg)) return true;
+            return false;
+        }()))
+        fail("CUDA matvec batch: a fused conv needs the one-token K-quant kernel and a kernel size of 2..6");
     if (rows_path(jobs, n_jobs, T)) {
         rows_launch(jobs, n_jobs, act, s);
         QINFER_CUDA_LAUNCHED("matmul_vec_multi");
