@@ -324,6 +324,30 @@ TEST(CudaDeltaNetPrefill, SerialAndChunkedKernelsAtModelShapes) {
             EXPECT_LT(es, 1e-4 * sref) << (pi ? "chunked" : "serial") << " state, T=" << T;
         }
         std::printf("[ gdr ] T=%-5d chunked / serial time: %.2f\n", T, us[1] / us[0]);
+        if (T <= 8) {  // the serial kernel normalizing q and k itself: rows scaled by 0.5 .. 3.5
+            ASSERT_TRUE(cuda::gdr_all_serial(p, T));
+            std::vector<float> qs = q, ks = k;
+            for (size_t i = 0; i < qs.size(); ++i) {
+                qs[i] *= 0.5f + float((i / size_t(dk)) % 7) * 0.5f;
+                ks[i] *= 3.5f - float((i / size_t(dk)) % 5) * 0.5f;
+            }
+            DevBuf dqs(qs), dks(ks);
+            cuda::DeltaArgs p2 = p;
+            p2.q = dqs.p;
+            p2.k = dks.p;
+            p2.l2_qk = true;
+            p2.l2_eps = 1e-6f;
+            CU(cudaMemcpy(dS.p, S0.data(), S0.size() * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemset(dout.p, 0xFF, out_ref.size() * 4));
+            cuda::gated_delta_rule(p2, dseg, 1, T, nullptr);
+            CU(cudaDeviceSynchronize());
+            std::vector<float> out(out_ref.size()), S(S0.size());
+            CU(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(S.data(), dS.p, S.size() * 4, cudaMemcpyDeviceToHost));
+            EXPECT_LT(max_err(out_ref, out), 1e-4 * oref) << "l2 in the kernel, T=" << T;
+            EXPECT_LT(max_err(S_ref, S), 1e-4 * sref) << "l2 in the kernel, state, T=" << T;
+            EXPECT_FALSE(cuda::gdr_all_serial(p, 4096)) << "a long prompt takes the chunked kernel";
+        }
 
         if (T == 512 || T == 4096) {  // the conv of the same step: C = 2 Hk dk + Hv dv = 8192, K = 4
             const int64_t C = 2 * Hk * dk + Hv * dv, K = 4;

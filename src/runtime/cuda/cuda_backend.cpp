@@ -88,6 +88,7 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
     fuse_ = !env_is("QINFER_CUDA_FUSE", "0");
     fuse_norm_ = fuse_ && !env_is("QINFER_CUDA_FUSE_NORM", "0");
     fuse_conv_ = fuse_ && !env_is("QINFER_CUDA_FUSE_CONV", "0");
+    fuse_l2_ = fuse_ && !env_is("QINFER_CUDA_FUSE_L2", "0");
     profile_ = env_is("QINFER_CUDA_PROFILE", "1");
     if (profile_) {
         graphs_enabled_ = true;  // ops are queued (so fusion happens) but never recorded
@@ -830,6 +831,14 @@ void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tenso
     const cuda::Segment* seg = static_cast<const cuda::Segment*>(step.seg_t.data);
     sig(uint32_t(14), p, n_seg, max_len, seg);
     enqueue([=, s = stream_] { cuda::gated_delta_rule(p, seg, n_seg, max_len, s); });
+    if (deferring() && cuda::gdr_all_serial(p, max_len)) {
+        PendingOp& op = pending_.back();
+        op.kind = PendingOp::Gdr;
+        op.gdr = p;
+        op.gdr_seg = seg;
+        op.gdr_n_seg = n_seg;
+        op.gdr_max_len = max_len;
+    }
     wrote(S);
     wrote(out);
 }
@@ -936,6 +945,32 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
             QINFER_CUDA_CHECK(cudaMemcpyAsync(p.dst, src, p.data.size(), cudaMemcpyHostToDevice, stream_));
             ++i;
             continue;
+        }
+        // l2 norms of q and k (in place) right before a serial delta rule that reads them
+        if (fuse_l2_ && i + 2 < n && op.kind == PendingOp::Norm && pending_[i + 1].kind == PendingOp::Norm &&
+            pending_[i + 2].kind == PendingOp::Gdr) {
+            const cuda::DeltaArgs& g = pending_[i + 2].gdr;
+            // the norm is in place over exactly the rows the delta rule reads (all tokens)
+            auto covers = [&](const cuda::NormJob& nj, const float* p, int64_t ph, int64_t pt) {
+                const cuda::Rows &x = nj.x, &y = nj.y;
+                return nj.op == cuda::NormOp::L2 && x.data == p && y.data == p && x.n == g.dk && x.n1 == g.Hk &&
+                       y.n1 == x.n1 && y.n2 == x.n2 && x.s1 == ph && y.s1 == ph &&
+                       (x.n2 == 1 || (x.s2 == pt && y.s2 == pt));
+            };
+            const cuda::NormJob& a = pending_[i].norm;
+            const cuda::NormJob& b = pending_[i + 1].norm;
+            if (covers(a, g.q, g.q_h, g.q_t) && covers(b, g.k, g.k_h, g.k_t) && a.eps == b.eps && a.x.n2 == b.x.n2) {
+                const PendingOp& go = pending_[i + 2];
+                cuda::DeltaArgs fused = go.gdr;
+                fused.l2_qk = true;
+                fused.l2_eps = a.eps;
+                if (prof) before("fused: " + op.label + " + " + pending_[i + 1].label + " + " + go.label);
+                cuda::gated_delta_rule(fused, go.gdr_seg, go.gdr_n_seg, go.gdr_max_len, stream_);
+                after();
+                fused_producers_ += 2;
+                i += 3;
+                continue;
+            }
         }
         if (fuse_norm_ && (op.kind == PendingOp::Norm || op.kind == PendingOp::Gate)) {
             auto is = [&](size_t k, PendingOp::Kind kind) { return k < n && pending_[k].kind == kind; };

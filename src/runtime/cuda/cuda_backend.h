@@ -157,7 +157,7 @@ private:
         std::function<void()> run;  // empty for a write (payload index)
         int payload = -1;
         // What peephole fusion at flush needs to know (kind 0: opaque).
-        enum Kind { Opaque = 0, Matvec = 1, Add = 2, Norm = 3, Gate = 4, Quantize = 5, Rope = 6, Conv = 7 } kind = Opaque;
+        enum Kind { Opaque = 0, Matvec = 1, Add = 2, Norm = 3, Gate = 4, Quantize = 5, Rope = 6, Conv = 7, Gdr = 8 } kind = Opaque;
         cuda::MatvecJob mv;  // Matvec: quantized weight, T <= 8
         cuda::ActQ act;
         int64_t T = 0;
@@ -169,6 +169,9 @@ private:
         cuda::ConvAfter conv;  // Conv of one token (n_seg == 1, T == 1): its input is a
         const float* conv_x = nullptr;  // product's output and it may ride in that launch
         int64_t conv_C = 0;
+        cuda::DeltaArgs gdr{};  // Gdr (all segments on the serial kernel): the call,
+        const cuda::Segment* gdr_seg = nullptr;  // which may take over the l2 norms
+        int gdr_n_seg = 0, gdr_max_len = 0;      // of q and k just before it
         std::string label;   // QINFER_CUDA_PROFILE only
     };
     bool fuse_ = true;
@@ -179,6 +182,8 @@ private:
     // A decode step's conv1d in the epilogue of the product that makes its
     // input (QINFER_CUDA_FUSE_CONV=0 turns just this off).
     bool fuse_conv_ = true;
+    // The l2 norms of q and k inside a serial delta rule (QINFER_CUDA_FUSE_L2=0: separate).
+    bool fuse_l2_ = true;
     uint64_t fused_producers_ = 0;
     struct GraphRec {
         std::vector<uint8_t> sig;

@@ -131,8 +131,28 @@ __global__ void __launch_bounds__(GDR_WARPS * WARP)
         araw = __ldg(p.a + int64_t(t) * p.a_t + j);
         braw = __ldg(p.b + int64_t(t) * p.b_t + j);
     };
+    // l2_qk: q and k as l2_norm leaves them (a warp holds whole key heads)
+    auto normalize = [&] {
+        if (!p.l2_qk) return;
+        float sq = 0.f, sk2 = 0.f;
+#pragma unroll
+        for (int i = 0; i < KPL; ++i) {
+            sq = fmaf(qq[i], qq[i], sq);
+            sk2 = fmaf(kk[i], kk[i], sk2);
+        }
+        sq = 1.f / fmaxf(sqrtf(warp_sum(sq)), p.l2_eps);
+        sk2 = 1.f / fmaxf(sqrtf(warp_sum(sk2)), p.l2_eps);
+#pragma unroll
+        for (int i = 0; i < KPL; ++i) {
+            qq[i] *= sq;
+            kk[i] *= sk2;
+        }
+    };
     const int t_end = sg.first + sg.count;
-    if (sg.count > 0) load(sg.first);
+    if (sg.count > 0) {
+        load(sg.first);
+        normalize();
+    }
     for (int t = sg.first; t < t_end; ++t) {
         float ck[KPL], cq[KPL], cv[GDR_ROWS];
 #pragma unroll
@@ -145,7 +165,10 @@ __global__ void __launch_bounds__(GDR_WARPS * WARP)
         const float g = softplus(araw + dtb) * A;
         const float alpha = expf(g);
         const float beta = sigmoid(braw);
-        if (t + 1 < t_end) load(t + 1);
+        if (t + 1 < t_end) {
+            load(t + 1);
+            normalize();
+        }
         // decay, then S k with the decayed state (all rows at once for ILP)
         float sk[GDR_ROWS];
 #pragma unroll
@@ -553,22 +576,30 @@ void conv1d_silu(const float* x, int64_t ldx, const float* w, int K, int64_t C, 
     QINFER_CUDA_LAUNCHED("conv1d_silu");
 }
 
+namespace {
+// Which segments the chunked kernel takes (count >= the result; INT_MAX: none);
+// the serial kernel takes the rest. A chunk costs the same for 1 token as for
+// 32, so in a mixed batch (a prompt next to decode tokens) the short segments
+// stay serial, in a second launch that is skipped when one segment is all there is.
+int chunk_min_tokens(const DeltaArgs& a, int max_seg_len, GdrPath path) {
+    if (path == GdrPath::Auto) path = env_path();
+    if (!chunked_fits(a)) return INT_MAX;
+    if (path == GdrPath::Chunked) return 0;
+    if (path == GdrPath::Auto && max_seg_len >= kGdrChunkMinTokens) return kGdrChunkMinTokens;
+    return INT_MAX;
+}
+}  // namespace
+
+bool gdr_all_serial(const DeltaArgs& a, int max_seg_len, GdrPath path) {
+    return chunk_min_tokens(a, max_seg_len, path) == INT_MAX;
+}
+
 void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max_seg_len, cudaStream_t s,
                       GdrPath path) {
     if (n_seg == 0) return;
     if (a.Hv % a.Hk != 0) fail(strfmt("CUDA delta rule: %d value heads over %d key heads", a.Hv, a.Hk));
-    if (path == GdrPath::Auto) path = env_path();
-    // Which segments the chunked kernel takes (count >= chunk_min); the serial
-    // kernel takes the rest. A chunk costs the same for 1 token as for 32, so in a
-    // mixed batch (a prompt next to decode tokens) the short segments stay serial,
-    // in a second launch that is skipped when one segment is all there is.
-    int chunk_min = INT_MAX;
-    if (chunked_fits(a)) {
-        if (path == GdrPath::Chunked)
-            chunk_min = 0;
-        else if (path == GdrPath::Auto && max_seg_len >= kGdrChunkMinTokens)
-            chunk_min = kGdrChunkMinTokens;
-    }
+    const int chunk_min = chunk_min_tokens(a, max_seg_len, path);
+    if (a.l2_qk && chunk_min != INT_MAX) fail("CUDA delta rule: q/k normalization in the kernel needs the serial kernel");
     if (chunk_min != INT_MAX) {
         if (a.dk == 128)
             launch_chunked<128>(a, seg, n_seg, chunk_min, s);

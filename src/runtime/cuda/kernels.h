@@ -217,6 +217,11 @@ struct DeltaArgs {
     float* S;                                          // {dk, dv, Hv, n_slots}
     float* out;                                        // [T][Hv][dv] contiguous
     int dk, dv, Hk, Hv;
+    // The token-serial kernel L2-normalizes q and k itself (x / max(|x|, l2_eps),
+    // as l2_norm; the sum of squares in another order): two launches fewer per
+    // DeltaNet layer in decode. Only where gdr_normalizes_fits.
+    bool l2_qk = false;
+    float l2_eps = 0.f;
 };
 // Token-serial kernel (decode, short segments) or chunked kernel (prompts); Auto
 // picks by max_seg_len unless QINFER_CUDA_GDR=serial|chunked says otherwise.
@@ -225,6 +230,9 @@ struct DeltaArgs {
 enum class GdrPath { Auto, Serial, Chunked };
 void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max_seg_len, cudaStream_t s,
                       GdrPath path = GdrPath::Auto);
+// Whether gated_delta_rule runs every segment on the token-serial kernel (the one
+// that can take l2_qk).
+bool gdr_all_serial(const DeltaArgs& a, int max_seg_len, GdrPath path = GdrPath::Auto);
 
 // ---- sampling
 // ids[t] = argmax of row t (lowest index wins ties). logits rows of n, stride ld.
