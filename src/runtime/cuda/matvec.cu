@@ -90,7 +90,7 @@ mmv_q_kernel(WArgs w, ActQ A, int64_t N, int T, float* __restrict__ y, int64_t l
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.f;
     if constexpr (PIPE && TY == GgmlType::Q4_K && NT == 1) {
-        acc[0] = q4k_row_lane(w, row, A, tk[0], lane);
+        acc[0] = q4k_row_lane(w, row, A, lane);  // T = 1: token 0
     } else {
         const int64_t units = w.bpr * Q::UPB;
         const int64_t blk0 = row * w.bpr;
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
         case GgmlType::Q5_1: mv_rows<GgmlType::Q5_1, NT>(j, A, row, T, lane, acc); break;
         case GgmlType::Q8_0: mv_rows<GgmlType::Q8_0, NT>(j, A, row, T, lane, acc); break;
         case GgmlType::Q4_K:
-            if constexpr (PIPE && NT == 1) acc[0] = q4k_row_lane(j.w, row, A, 0, lane);
+            if constexpr (PIPE && NT == 1) acc[0] = q4k_row_lane(j.w, row, A, lane);
             else mv_rows<GgmlType::Q4_K, NT>(j, A, row, T, lane, acc);
             break;
         case GgmlType::Q5_K: mv_rows<GgmlType::Q5_K, NT>(j, A, row, T, lane, acc); break;

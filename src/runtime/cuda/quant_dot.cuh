@@ -187,38 +187,6 @@ template <> struct QDot<GgmlType::Q4_K> {
     }
 };
 
-// ---- Q4_K x Q8_K for one token, software-pipelined (the decode hot path).
-// The same unit and the same arithmetic as QDot<Q4_K> (so the same result to
-// the bit), but every load a unit needs -- weight header and quants, the two
-// activation quant runs, their 16-element sums and the block scale -- is
-// issued at once, and the next unit's loads go out before this unit's
-// arithmetic: one memory round trip per unit instead of three dependent ones,
-// and one in flight while computing. The scale / min pair is picked without
-// branches (lanes of a warp sit in different groups).
-struct Q4KUnit {
-    int4 hd, q, a0, a1;
-    int bs0, bs1;
-    float da;
-};
-
-__device__ __forceinline__ Q4KUnit q4k_load(const WArgs& w, int64_t blk0, int64_t u, const ActQ& A, int tok) {
-    Q4KUnit L;
-    const int64_t jb = u >> 3;
-    const int g = int(u & 7) >> 1, c = int(u & 1);
-    const uint8_t* b = w.base + 144 * (blk0 + jb);
-    L.hd = ld16(b);
-    L.q = ld16(b + 16 + 32 * g + 16 * c);
-    const int e = 256 * int(jb) + 64 * g + 16 * c;
-    const int8_t* aq = A.qs + int64_t(tok) * A.K + e;
-    L.a0 = ld16(aq);
-    L.a1 = ld16(aq + 32);
-    const int16_t* bs = A.bsum + int64_t(tok) * (A.K / 16) + e / 16;
-    L.bs0 = __ldg(bs);
-    L.bs1 = __ldg(bs + 2);
-    L.da = __ldg(A.d + int64_t(tok) * (A.K / 256) + jb);
-    return L;
-}
-
 // get_scale_min_k4(j) without branches: j < 4 takes the low six bits of bytes
 // j / j+4; j >= 4 puts together nibbles of byte j+4 and the top bits of bytes
 // j-4 / j.
@@ -230,41 +198,6 @@ __device__ __forceinline__ void scale_min_k4_sel(int j, int w0, int w1, int w2, 
     m = hi ? ((b2 >> 4) | ((b1 >> 6) << 4)) : (b1 & 63);
 }
 
-__device__ __forceinline__ float q4k_unit(const Q4KUnit& L, int u) {
-    const int g = (u & 7) >> 1;
-    int sc0, m0, sc1, m1;
-    scale_min_k4_sel(2 * g, L.hd.y, L.hd.z, L.hd.w, sc0, m0);
-    scale_min_k4_sel(2 * g + 1, L.hd.y, L.hd.z, L.hd.w, sc1, m1);
-    const float dw = h2f(uint16_t(L.hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(L.hd.x) >> 16));
-    const int4 lo = and4(L.q, 0x0F0F0F0F), hi = and4(shr4(L.q, 4), 0x0F0F0F0F);
-    const int s0 = dot16(lo, L.a0, 0);
-    const int s1 = dot16(hi, L.a1, 0);
-    const int mins = m0 * L.bs0 + m1 * L.bs1;
-    return L.da * (dw * float(sc0 * s0 + sc1 * s1) - dmin * float(mins));
-}
-
-// One lane's share of row `row` (units lane, lane + 32, ...), in unit order.
-__device__ __forceinline__ float q4k_row_lane(const WArgs& w, int64_t row, const ActQ& A, int tok, int lane) {
-    const int64_t units = w.bpr * 8, blk0 = row * w.bpr;
-    float acc = 0.f;
-    int64_t u = lane;
-    if (u >= units) return acc;
-    Q4KUnit cur = q4k_load(w, blk0, u, A, tok);
-    for (;;) {
-        const int64_t next = u + 32;
-        const bool more = next < units;
-        Q4KUnit nxt;
-        if (more) nxt = q4k_load(w, blk0, next, A, tok);
-        acc += q4k_unit(cur, int(u));
-        if (!more) break;
-        cur = nxt;
-        u = next;
-    }
-    return acc;
-}
-
-// QINFER_CUDA_MATVEC=v1 keeps the plain unit loop for Q4_K (A/B measurements).
-bool q4k_pipelined();
 
 // ---- Q5_K x Q8_K: as Q4_K plus the 5th bits (qh[l] bit 2g / 2g+1 for element l of group g).
 template <> struct QDot<GgmlType::Q5_K> {
@@ -448,6 +381,42 @@ template <> struct RowUnit<GgmlType::Q6_K> {
         return a.da * (dw * float(sc1 * s_1 + sc2 * s_2 + sc3 * s_3 + sc4 * s_4));
     }
 };
+
+// ---- Q4_K x Q8_K for one token, one row per warp, software-pipelined (v2).
+// The same units and arithmetic as QDot<Q4_K> (so the same result to the bit),
+// but all loads of a unit -- weight header and quants, the two activation quant
+// runs, their sums and the block scale -- are issued at once, and the next
+// unit's go out before this unit's arithmetic. One lane's share of row `row`
+// (units lane, lane + 32, ...), in unit order; token 0 of A.
+__device__ __forceinline__ float q4k_row_lane(const WArgs& w, int64_t row, const ActQ& A, int lane) {
+    using U = RowUnit<GgmlType::Q4_K>;
+    const int units = int(w.bpr) * U::UPB;
+    const int64_t blk0 = row * w.bpr;
+    float acc = 0.f;
+    int u = lane;
+    if (u >= units) return acc;
+    U::W cw = U::load_w(w, blk0, u);
+    U::A ca = U::load_a(A, u);
+    for (;;) {
+        const int next = u + WARP;
+        const bool more = next < units;
+        U::W nw;
+        U::A na;
+        if (more) {
+            nw = U::load_w(w, blk0, next);
+            na = U::load_a(A, next);
+        }
+        acc += U::dot(cw, ca, u);
+        if (!more) break;
+        cw = nw;
+        ca = na;
+        u = next;
+    }
+    return acc;
+}
+
+// QINFER_CUDA_MATVEC=v1 keeps the plain unit loop for Q4_K (A/B measurements).
+bool q4k_pipelined();
 
 // ---- Dequantization of one element group (get_rows, f16 dequant): element i of block blk.
 template <GgmlType T> __device__ float dequant_elem(const WArgs& w, int64_t blk, int i);
