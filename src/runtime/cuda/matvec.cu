@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <utility>
 
 #include "common/error.h"
 #include "runtime/cuda/kernels.h"
@@ -375,12 +374,12 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
 // so a 13 MB product took as long as the 25 MB Q8_0 one (~10 us, 1.2 TB/s on
 // an H200). Here a warp walks R rows side by side: each step loads the
 // activations once and the R rows' weight bytes, so loads per weight byte drop
-// by ~2x at R = 4 and each lane keeps 2R weight loads in flight; the next
-// step's loads go out before this step's arithmetic. The weight loads of the
-// first step are issued before the kernel waits on the previous one
-// (programmatic dependent launch), the activations only after. Per row the
+// by ~2x at R = 4 and each lane keeps 2R weight loads in flight. The weight
+// loads of the first step are issued before the kernel waits on the previous
+// one (programmatic dependent launch), the activations only after. Per row the
 // units, their order per lane and the reduction are those of v1 / v2, so
-// results are bit-identical.
+// results are bit-identical. Epilogue per row: bias, residual, and the decode
+// conv (ConvAfter).
 
 // Rows per warp for Q4_K (Q5_K / Q6_K units hold 1.5 / 2 times the registers:
 // half as many). More rows per warp means fewer warps: a launch takes the most
