@@ -455,6 +455,45 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaDecodeAttention, ::testing::ValuesIn(decode
                              return std::string(name);
                          });
 
+// A decode token's attention must not depend on what else is in its step (the
+// server batches requests as they come): the row of token (slot 1, pos 700)
+// alone, in a batch of 4 and in one of 40 rows, bit for bit; prompt-sized steps
+// (past the split kernel's token limit) stay within rounding of it.
+TEST(CudaDecodeAttentionBatch, RowDoesNotDependOnItsBatch) {
+    REQUIRE_GPU();
+    const int64_t d = 256, n_kv = 4, n_head = 16, n_ctx = 4096;
+    Cache c(d, n_kv, n_ctx, 3, true, 1024);
+    ASSERT_TRUE(c.dk.p && c.dv.p);
+    for (int s = 0; s < 3; ++s) c.fill(s, 1024, 77 + uint32_t(s));
+    const float scale = 1.f / 16.f;
+    const std::vector<float> q1 = randn(size_t(n_head * d), 5, 2.f);
+    std::vector<float> alone;
+    for (int64_t T : {1, 4, 40, 80}) {
+        std::vector<int32_t> pos, slot;
+        std::vector<float> q = randn(size_t(T * n_head * d), 6 + uint32_t(T), 2.f);
+        for (int64_t t = 0; t < T; ++t) {
+            pos.push_back(int32_t((t * 37) % 1000));
+            slot.push_back(int32_t(t % 3));
+        }
+        const int64_t at = T / 2;  // the watched row
+        pos[size_t(at)] = 700;
+        slot[size_t(at)] = 1;
+        std::copy(q1.begin(), q1.end(), q.begin() + std::ptrdiff_t(at * n_head * d));
+        AttnRun r(c, n_head, T);
+        const std::vector<float> got = r.run(q, pos, slot, scale);
+        const std::vector<float> row(got.begin() + std::ptrdiff_t(at * n_head * d),
+                                     got.begin() + std::ptrdiff_t((at + 1) * n_head * d));
+        if (T == 1) {
+            alone = row;
+            EXPECT_LT(rel_err(ref_attention(c, q1, n_head, {700}, {1}, scale), alone), 2e-5);
+        } else if (T <= 64) {
+            EXPECT_EQ(std::memcmp(row.data(), alone.data(), row.size() * 4), 0) << "batch of " << T;
+        } else {
+            EXPECT_LT(rel_err(alone, row), 2e-5) << "batch of " << T;
+        }
+    }
+}
+
 // One far key aligned with q dominates: the output is its V row, wherever the
 // split holding it lies.
 TEST(CudaDecodeAttentionNeedle, FarKeyWinsAcrossSplits) {

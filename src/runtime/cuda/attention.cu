@@ -13,6 +13,9 @@
 // writes the output itself and the merge kernel exits at once too: a 5-key
 // context costs one block per kv head and a few memory round trips, whatever
 // the capacity.
+#include <atomic>
+#include <cstdlib>
+
 #include "common/error.h"
 #include "runtime/cuda/attention_impl.cuh"
 #include "runtime/cuda/kernels.h"
@@ -56,11 +59,34 @@ void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_
     QINFER_CUDA_LAUNCHED("kv_store");
 }
 
+// Steps of up to this many tokens (every decode batch of the server) take the
+// split kernel; longer ones (prompts) one pass over the keys per token. The
+// split structure depends only on the cache capacity, so a token's result is
+// the same whatever else is in its batch up to this size (batches of more
+// than 4 rows took one pass before, and greedy server completions depended on
+// how requests were batched). QINFER_CUDA_ATTN_SPLIT_T overrides (A/B).
+constexpr int kSplitMaxTokens = 64;
+std::atomic<int> g_split_max_override{0};
+
+int split_max_tokens() {
+    if (const int forced = g_split_max_override.load(std::memory_order_relaxed)) return forced;
+    static const int from_env = [] {
+        const char* v = std::getenv("QINFER_CUDA_ATTN_SPLIT_T");
+        const int t = v ? std::atoi(v) : 0;
+        return t >= 1 && t <= 1024 ? t : kSplitMaxTokens;
+    }();
+    return from_env;
+}
+
+void set_attention_split_max_tokens(int t) {
+    g_split_max_override.store(t >= 1 && t <= 1024 ? t : 0, std::memory_order_relaxed);
+}
+
 // Splits of the key range launched for decode: enough blocks to keep every SM
 // streaming K/V at long contexts (a split covers >= ATTN_SPLIT_ALIGN keys of
 // the capacity, at most 128 splits); those past a short context exit at once.
 int attention_splits(int64_t T, int64_t max_ctx) {
-    if (T > 4) return 1;
+    if (T > split_max_tokens()) return 1;
     const int64_t n = (max_ctx + ATTN_SPLIT_ALIGN - 1) / ATTN_SPLIT_ALIGN;
     return n < 1 ? 1 : (n > ATTN_MAX_SPLITS ? ATTN_MAX_SPLITS : int(n));
 }

@@ -23,12 +23,10 @@ struct AttnArgs {
 
 constexpr int ATTN_THREADS = 128;
 constexpr int ATTN_TILE = 128;       // keys per softmax tile: one per thread
-// A split's key range is a multiple of this (but the last). Batches of more
-// than 4 rows take one pass over the keys, and every extra split rounds a
-// little differently from that pass, so a sequence's result depends on how it
-// was batched: few, long splits keep the difference small (64-key splits
-// coincided with 6 different greedy completions in 134 server requests at
-// 32-64 clients; none with 256-key splits before them).
+// A split's key range is a multiple of this (but the last). Steps longer than
+// the split kernel's token limit (attention.cu) take one pass over the keys,
+// and every extra split rounds a little differently from that pass: few, long
+// splits keep a token's result close whichever kernel it ran on.
 constexpr int ATTN_SPLIT_ALIGN = 256;
 constexpr int ATTN_MAX_SPLITS = 128; // <= ATTN_THREADS: the combine gives each split one thread
 constexpr int ATTN_PART_HDR = 4;     // m, l and padding, so acc[] stays 16-byte aligned
