@@ -137,9 +137,14 @@ MemoryPlan plan_memory(const ModelDesc& model, const PlanOptions& opt) {
     p.head_padding += head_pad;
     const int64_t rows = opt.compute.logit_rows < 0 ? opt.n_slots : opt.compute.logit_rows;
     p.logit_bytes = 4 * uint64_t(hp.n_vocab) * uint64_t(rows);
-    // Decode attention over long caches is split into up to 32 key ranges, each
-    // leaving (d + 2) floats per head and token, for up to 4 tokens.
-    p.attention_split_bytes = cm.gpu_alloc(4 * uint64_t(4 * hp.n_head * 32 * (hp.head_dim + 2)));
+    // Decode attention (steps of up to 64 tokens) is split into one key range
+    // per 256 positions of the cache (at most 128), each leaving (d + 4) floats
+    // per head and token (cuda attention_work_bytes).
+    const uint64_t split_tokens = std::min<uint64_t>(B, 64);
+    const uint64_t splits = uint64_t(std::clamp<int64_t>((opt.n_ctx + 255) / 256, 1, 128));
+    p.attention_split_bytes = splits > 1 ? cm.gpu_alloc(4 * split_tokens * uint64_t(hp.n_head) * splits *
+                                                        uint64_t(hp.head_dim + 4))
+                                         : 0;
     int64_t widest = hp.n_embd;
     for (const LayerPlan& l : p.layers) widest = std::max(widest, l.widest_input);
     p.act_scratch_bytes = cm.act_scratch ? 2 * cm.gpu_alloc(2 * uint64_t(widest) * B) : 0;
