@@ -337,10 +337,12 @@ std::vector<float> ref_attention(const Cache& c, const std::vector<float>& q, in
 struct AttnRun {
     const Cache& c;
     int64_t n_head, T;
+    int max_seg;  // the most tokens of one sequence (decode: 1)
     Dev dq, dout, dpos, dslot, work;
-    AttnRun(const Cache& c_, int64_t n_head_, int64_t T_)
-        : c(c_), n_head(n_head_), T(T_), dq(size_t(T * n_head * c.d) * 4), dout(size_t(T * n_head * c.d) * 4),
-          dpos(size_t(T) * 4), dslot(size_t(T) * 4), work(cuda::attention_work_bytes(T, n_head, c.d, c.n_ctx)) {
+    AttnRun(const Cache& c_, int64_t n_head_, int64_t T_, int max_seg_ = 1)
+        : c(c_), n_head(n_head_), T(T_), max_seg(max_seg_), dq(size_t(T * n_head * c.d) * 4),
+          dout(size_t(T * n_head * c.d) * 4), dpos(size_t(T) * 4), dslot(size_t(T) * 4),
+          work(cuda::attention_work_bytes(T, n_head, c.d, c.n_ctx, max_seg)) {
         if (work.p) cudaMemset(work.p, 0xFF, work.bytes);  // NaN: unwritten partials must never be read
     }
     cuda::Rows q_rows() const {
@@ -355,7 +357,7 @@ struct AttnRun {
     }
     void launch(float scale, cudaStream_t s) const {
         cuda::attention(q_rows(), c.view(), dpos.as<int32_t>(), dslot.as<int32_t>(), T, scale, dout.as<float>(),
-                        work.p, 0, s);
+                        work.p, max_seg, s);
     }
     std::vector<float> run(const std::vector<float>& q, const std::vector<int32_t>& pos,
                            const std::vector<int32_t>& slot, float scale) {
@@ -411,7 +413,7 @@ TEST_P(CudaDecodeAttention, MatchesReferenceAtShortAndLongContexts) {
         c.fill(0, filled, seed++);
         c.fill(1, filled, seed++);
         AttnRun r1(c, n_head, 1);
-        ASSERT_TRUE(r1.work.p || cuda::attention_work_bytes(1, n_head, c.d, n_ctx) == 0);
+        ASSERT_TRUE(r1.work.p || cuda::attention_work_bytes(1, n_head, c.d, n_ctx, 1) == 0);
         for (int64_t n : {1, 5, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 4096, 4097}) {
             if (n > filled) continue;
             for (int32_t s : {0, 1}) {
@@ -430,7 +432,7 @@ TEST_P(CudaDecodeAttention, MatchesReferenceAtShortAndLongContexts) {
              {0, 0, 0, 1, 1, 0, 1}}};
         for (const auto& b : batches) {
             const int64_t T = int64_t(b[0].size());
-            AttnRun r(c, n_head, T);
+            AttnRun r(c, n_head, T, T > 4 ? 8 : 1);  // the second as a prompt step: one pass
             const std::vector<float> q = randn(size_t(T * n_head * c.d), seed++, 2.f);
             const std::vector<float> got = r.run(q, b[0], b[1], scale);
             EXPECT_LT(rel_err(ref_attention(c, q, n_head, b[0], b[1], scale), got), 2e-5)

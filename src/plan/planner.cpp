@@ -137,14 +137,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const PlanOptions& opt) {
     p.head_padding += head_pad;
     const int64_t rows = opt.compute.logit_rows < 0 ? opt.n_slots : opt.compute.logit_rows;
     p.logit_bytes = 4 * uint64_t(hp.n_vocab) * uint64_t(rows);
-    // Decode attention (steps of up to 64 tokens) is split into one key range
-    // per 256 positions of the cache (at most 128), each leaving (d + 4) floats
-    // per head and token (cuda attention_work_bytes).
-    const uint64_t split_tokens = std::min<uint64_t>(B, 64);
-    const uint64_t splits = uint64_t(std::clamp<int64_t>((opt.n_ctx + 255) / 256, 1, 128));
-    p.attention_split_bytes = splits > 1 ? cm.gpu_alloc(4 * split_tokens * uint64_t(hp.n_head) * splits *
-                                                        uint64_t(hp.head_dim + 4))
-                                         : 0;
+    p.attention_split_bytes = p.attention_split_bytes_at(opt.n_ctx);
     int64_t widest = hp.n_embd;
     for (const LayerPlan& l : p.layers) widest = std::max(widest, l.widest_input);
     p.act_scratch_bytes = cm.act_scratch ? 2 * cm.gpu_alloc(2 * uint64_t(widest) * B) : 0;
@@ -153,6 +146,16 @@ MemoryPlan plan_memory(const ModelDesc& model, const PlanOptions& opt) {
 
 MemoryPlan plan_memory(const gguf::File& f, const HParams& hp, const PlanOptions& opt) {
     return plan_memory(describe_model(f, hp), opt);
+}
+
+// Decode attention (steps of up to 64 tokens, at most 4 per sequence) is split
+// into one key range per 256 positions of the cache (at most 128), each leaving
+// (d + 4) floats per head and token (cuda attention_work_bytes); 0 with one range.
+uint64_t MemoryPlan::attention_split_bytes_at(int64_t n_ctx) const {
+    const uint64_t tokens = uint64_t(std::clamp(std::min(opt.n_batch, 4 * opt.n_slots), 1, 64));
+    const uint64_t splits = uint64_t(std::clamp<int64_t>((n_ctx + 255) / 256, 1, 128));
+    if (splits == 1) return 0;
+    return opt.compute.gpu_alloc(4 * tokens * uint64_t(hp.n_head) * splits * uint64_t(hp.head_dim + 4));
 }
 
 Split MemoryPlan::split(int gpu_layers, int64_t n_ctx) const {
@@ -228,7 +231,7 @@ Split MemoryPlan::split(int gpu_layers, int64_t n_ctx) const {
                          (rec[g] ? scratch_deltanet_padding : 0);
     }
     if (s.gpu_layers > 0 || offload) {
-        s.gpu.workspace = cm.cublas_bytes + (attn[1] ? attention_split_bytes : 0) + act_scratch_bytes;
+        s.gpu.workspace = cm.cublas_bytes + (attn[1] ? attention_split_bytes_at(n_ctx) : 0) + act_scratch_bytes;
         s.gpu.runtime = cm.cuda_context_bytes;
         s.host.runtime = cm.host_staging_bytes;
     }
@@ -281,7 +284,8 @@ ContextFit max_context_fit(const MemoryPlan& plan, int gpu_layers, uint64_t free
     ContextFit fit;
     fit.n_ctx = plan.hp.n_ctx_train > 0 ? plan.hp.n_ctx_train : INT64_MAX;
     fit.limited_by = "trained context";
-    // KV is the only term that grows with the context, linearly.
+    // KV grows with the context linearly; the attention split buffer up to 32k
+    // tokens (at most ~136 MB), which the step-back below absorbs.
     auto limit = [&](uint64_t fixed, uint64_t per_token, uint64_t avail, const char* who) {
         if (per_token == 0 && fixed <= avail) return;
         int64_t n = fixed > avail ? 0 : int64_t(std::min<uint64_t>((avail - fixed) / per_token, INT64_MAX));

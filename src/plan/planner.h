@@ -132,7 +132,8 @@ struct MemoryPlan {
     uint64_t scratch_deltanet_bytes = 0;
     uint64_t head_buffer_bytes = 0;
     uint64_t logit_bytes = 0;              // logits returned by one forward call (host)
-    uint64_t attention_split_bytes = 0;    // GPU decode attention partial results
+    uint64_t attention_split_bytes = 0;    // GPU decode attention partial results at opt.n_ctx
+    uint64_t attention_split_bytes_at(int64_t n_ctx) const;
     // GPU allocation rounding of the buffer sets above and of the global tensors.
     uint64_t scratch_base_padding = 0, scratch_attention_padding = 0, scratch_deltanet_padding = 0;
     uint64_t head_padding = 0;             // token_embd, output, output_norm and head buffers

@@ -59,13 +59,16 @@ void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_
     QINFER_CUDA_LAUNCHED("kv_store");
 }
 
-// Steps of up to this many tokens (every decode batch of the server) take the
-// split kernel; longer ones (prompts) one pass over the keys per token. The
-// split structure depends only on the cache capacity, so a token's result is
-// the same whatever else is in its batch up to this size (batches of more
-// than 4 rows took one pass before, and greedy server completions depended on
-// how requests were batched). QINFER_CUDA_ATTN_SPLIT_T overrides (A/B).
+// Decode steps -- up to this many tokens, no sequence with more than 4 of them
+// (every decode batch of the server, speculative steps) -- take the split
+// kernel; prompts one pass over the keys per token. The split structure
+// depends only on the cache capacity, so a decode token's result is the same
+// whatever else is in its batch (when only steps of up to 4 tokens split,
+// greedy server completions depended on how requests were batched). A step
+// that mixes a prompt chunk with decode tokens still takes one pass.
+// QINFER_CUDA_ATTN_SPLIT_T overrides the token limit (A/B).
 constexpr int kSplitMaxTokens = 64;
+constexpr int kSplitMaxSegment = 4;
 std::atomic<int> g_split_max_override{0};
 
 int split_max_tokens() {
@@ -85,14 +88,14 @@ void set_attention_split_max_tokens(int t) {
 // Splits of the key range launched for decode: enough blocks to keep every SM
 // streaming K/V at long contexts (a split covers >= ATTN_SPLIT_ALIGN keys of
 // the capacity, at most 128 splits); those past a short context exit at once.
-int attention_splits(int64_t T, int64_t max_ctx) {
-    if (T > split_max_tokens()) return 1;
+int attention_splits(int64_t T, int64_t max_ctx, int max_seg_len) {
+    if (T > split_max_tokens() || max_seg_len > kSplitMaxSegment) return 1;
     const int64_t n = (max_ctx + ATTN_SPLIT_ALIGN - 1) / ATTN_SPLIT_ALIGN;
     return n < 1 ? 1 : (n > ATTN_MAX_SPLITS ? ATTN_MAX_SPLITS : int(n));
 }
 
-size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ctx) {
-    const int ns = attention_splits(T, max_ctx);
+size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ctx, int max_seg_len) {
+    const int ns = attention_splits(T, max_ctx, max_seg_len);
     if (ns == 1) return 0;
     return size_t(T) * size_t(n_head) * size_t(ns) * size_t(d + ATTN_PART_HDR) * sizeof(float);
 }
@@ -117,8 +120,7 @@ void launch_d(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
 }  // namespace
 
 void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale, float* out,
-               void* work, int max_pos_hint, cudaStream_t s) {
-    (void)max_pos_hint;
+               void* work, int max_seg_len, cudaStream_t s) {
     if (T == 0) return;
     const int64_t n_head = q.n1;
     if (n_head % kv.n_kv != 0 || q.n != kv.d)
@@ -138,7 +140,7 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     a.scale = scale;
     a.out = out;
     a.work = static_cast<float*>(work);
-    const int ns = attention_splits(T, kv.n_ctx);
+    const int ns = attention_splits(T, kv.n_ctx, max_seg_len);
     a.n_split = ns;
     if (ns > 1 && !work) fail("CUDA attention: no work buffer for split attention");
     const int n_kv = int(kv.n_kv);

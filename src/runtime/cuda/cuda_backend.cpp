@@ -743,13 +743,16 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     const int32_t* pos = static_cast<const int32_t*>(step.pos_t.data);
     const int32_t* slot = static_cast<const int32_t*>(step.slot_t.data);
     const Rows qr = rows_of(q, "attention"), kr = rows_of(k, "attention"), vr = rows_of(v, "attention");
-    const size_t wb = cuda::attention_work_bytes(T, n_head, d, kv.n_ctx);
+    int max_len = 0;
+    for (const StepInfo::Segment& sg : step.segments) max_len = std::max(max_len, int(sg.count));
+    const size_t wb = cuda::attention_work_bytes(T, n_head, d, kv.n_ctx, max_len);
     void* work = wb ? scratch(attn_work_, wb, "attention") : nullptr;
     float* op = static_cast<float*>(out.data);
-    sig(uint32_t(12), qr, kr, vr, kv.k, kv.v, kv.f16, d, n_kv, kv.n_ctx, kv.n_slots, pos, slot, T, scale, op, work);
+    sig(uint32_t(12), qr, kr, vr, kv.k, kv.v, kv.f16, d, n_kv, kv.n_ctx, kv.n_slots, pos, slot, T, scale, op, work,
+        max_len);
     enqueue([=, s = stream_] {
         cuda::kv_store(kr, vr, kv, pos, slot, T, s);
-        cuda::attention(qr, kv, pos, slot, T, scale, op, work, 0, s);
+        cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s);
     });
     wrote(cache.k);
     wrote(cache.v);

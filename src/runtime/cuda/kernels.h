@@ -198,13 +198,16 @@ struct KvView {
 // Writes k, v rows (Rows over heads x tokens) into the cache at (slot[t], pos[t]).
 void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, cudaStream_t s);
 // out[t][h][:] = softmax(scale q.K[j]) V[j] over j <= pos[t] in slot[t]. q Rows (n1 = n_head,
-// n2 = T), out contiguous [T][n_head][d]. `work` >= attention_work_bytes(...).
-size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ctx);
-// Steps of up to t tokens take the split kernel (default 64; 0: back to the
+// n2 = T), out contiguous [T][n_head][d]. max_seg_len: the most tokens of one
+// sequence in the step (decode steps, up to 64 tokens and 4 per sequence, split
+// the key range; see attention.cu). `work` >= attention_work_bytes(...) of the
+// same T, max_ctx (= kv.n_ctx) and max_seg_len.
+size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ctx, int max_seg_len);
+// Steps of up to t tokens may take the split kernel (default 64; 0: back to the
 // default / QINFER_CUDA_ATTN_SPLIT_T). For tests and A/B runs.
 void set_attention_split_max_tokens(int t);
 void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale,
-               float* out, void* work, int max_pos_hint, cudaStream_t s);
+               float* out, void* work, int max_seg_len, cudaStream_t s);
 
 // ---- Gated DeltaNet
 // conv state {C, K-1, n_slots} f32; x, out [T][C] (row strides ldx / ldo floats); w {K, C}.
