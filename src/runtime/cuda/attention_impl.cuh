@@ -253,14 +253,21 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
         __syncthreads();  // ps and red are rewritten by the next tile
     }
 
-    // merge the NG row groups
+    // merge the NG row groups, in group order: the result must not depend on
+    // which warps arrive first (shared-memory atomics summed in arrival order,
+    // so the same step could round differently from run to run)
 #pragma unroll
-    for (int h = 0; h < GT; ++h)
-        if (h < G) {
+    for (int grp = 0; grp < NG; ++grp) {
+        if (vg == grp) {
 #pragma unroll
-            for (int v = 0; v < VEC; ++v) atomicAdd(&accs[h][vc * VEC + v], acc[h][v]);
+            for (int h = 0; h < GT; ++h)
+                if (h < G) {
+#pragma unroll
+                    for (int v = 0; v < VEC; ++v) accs[h][vc * VEC + v] += acc[h][v];
+                }
         }
-    __syncthreads();
+        __syncthreads();
+    }
     for (int i = tid; i < G * D; i += ATTN_THREADS) {
         const int h = i / D, e = i % D;
         float lh = 0.f, mh = 0.f;
