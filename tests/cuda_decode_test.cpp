@@ -458,9 +458,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaDecodeAttention, ::testing::ValuesIn(decode
                          });
 
 // A decode token's attention must not depend on what else is in its step (the
-// server batches requests as they come): the row of token (slot 1, pos 700)
-// alone, in a batch of 4 and in one of 40 rows, bit for bit; prompt-sized steps
-// (past the split kernel's token limit) stay within rounding of it.
+// server batches requests as they come) nor on the run: the row of token
+// (slot 1, pos 700) alone, in a batch of 4 and in one of 40 rows, bit for bit,
+// and every call twice with the same bits; prompt-sized steps (past the split
+// kernel's token limit) stay within rounding of it.
 TEST(CudaDecodeAttentionBatch, RowDoesNotDependOnItsBatch) {
     REQUIRE_GPU();
     const int64_t d = 256, n_kv = 4, n_head = 16, n_ctx = 4096;
@@ -483,6 +484,8 @@ TEST(CudaDecodeAttentionBatch, RowDoesNotDependOnItsBatch) {
         std::copy(q1.begin(), q1.end(), q.begin() + std::ptrdiff_t(at * n_head * d));
         AttnRun r(c, n_head, T);
         const std::vector<float> got = r.run(q, pos, slot, scale);
+        const std::vector<float> again = r.run(q, pos, slot, scale);
+        EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * 4), 0) << "two runs of a batch of " << T;
         const std::vector<float> row(got.begin() + std::ptrdiff_t(at * n_head * d),
                                      got.begin() + std::ptrdiff_t((at + 1) * n_head * d));
         if (T == 1) {
