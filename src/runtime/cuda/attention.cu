@@ -60,7 +60,7 @@ void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_
 }
 
 // Decode steps -- up to this many tokens, no sequence with more than 4 of them
-// (every decode batch of the server, speculative steps) -- take the split
+// (every decode batch of the server) -- take the split
 // kernel; prompts one pass over the keys per token. The split structure
 // depends only on the cache capacity, so a decode token's result is the same
 // whatever else is in its batch (when only steps of up to 4 tokens split,
