@@ -297,12 +297,16 @@ template <> struct RowUnit<GgmlType::Q4_K> {
                  __ldg(reinterpret_cast<const int2*>(a.bsum + 16 * jb + 4 * g)), __ldg(a.d + jb)};
     }
     __device__ static float dot(const W& w, const A& a, int u) {
+        return scaled(w.hd, and4(w.q, 0x0F0F0F0F), and4(shr4(w.q, 4), 0x0F0F0F0F), a, u);
+    }
+    // The unit's sum from its unpacked quants (lo: sub-block 2g, hi: 2g + 1) and
+    // the block header hd (d, dmin, 12 scale bytes); Q5_K passes 5-bit quants.
+    __device__ static float scaled(const int4& hd, const int4& lo, const int4& hi, const A& a, int u) {
         const int g = (u & 7) >> 1, c = u & 1;
         int sc0, m0, sc1, m1;
-        scale_min_k4_sel(2 * g, w.hd.y, w.hd.z, w.hd.w, sc0, m0);
-        scale_min_k4_sel(2 * g + 1, w.hd.y, w.hd.z, w.hd.w, sc1, m1);
-        const float dw = h2f(uint16_t(w.hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(w.hd.x) >> 16));
-        const int4 lo = and4(w.q, 0x0F0F0F0F), hi = and4(shr4(w.q, 4), 0x0F0F0F0F);
+        scale_min_k4_sel(2 * g, hd.y, hd.z, hd.w, sc0, m0);
+        scale_min_k4_sel(2 * g + 1, hd.y, hd.z, hd.w, sc1, m1);
+        const float dw = h2f(uint16_t(hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(hd.x) >> 16));
         const int s0 = dot16(lo, a.a0, 0);
         const int s1 = dot16(hi, a.a1, 0);
         const int mins = m0 * half16(a.bs.x, c) + m1 * half16(a.bs.y, c);
@@ -322,18 +326,11 @@ template <> struct RowUnit<GgmlType::Q5_K> {
     }
     __device__ static A load_a(const ActQ& a, int u) { return RowUnit<GgmlType::Q4_K>::load_a(a, u); }
     __device__ static float dot(const W& w, const A& a, int u) {
-        const int g = (u & 7) >> 1, c = u & 1;
-        int sc0, m0, sc1, m1;
-        scale_min_k4_sel(2 * g, w.hd.y, w.hd.z, w.hd.w, sc0, m0);
-        scale_min_k4_sel(2 * g + 1, w.hd.y, w.hd.z, w.hd.w, sc1, m1);
-        const float dw = h2f(uint16_t(w.hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(w.hd.x) >> 16));
+        const int g = (u & 7) >> 1;
         const int4 bl = and4(shr4(w.qh, 2 * g), 0x01010101), bh = and4(shr4(w.qh, 2 * g + 1), 0x01010101);
         const int4 l = or4(and4(w.q, 0x0F0F0F0F), make_int4(bl.x << 4, bl.y << 4, bl.z << 4, bl.w << 4));
         const int4 h = or4(and4(shr4(w.q, 4), 0x0F0F0F0F), make_int4(bh.x << 4, bh.y << 4, bh.z << 4, bh.w << 4));
-        const int s0 = dot16(l, a.a0, 0);
-        const int s1 = dot16(h, a.a1, 0);
-        const int mins = m0 * half16(a.bs.x, c) + m1 * half16(a.bs.y, c);
-        return a.da * (dw * float(sc0 * s0 + sc1 * s1) - dmin * float(mins));
+        return RowUnit<GgmlType::Q4_K>::scaled(w.hd, l, h, a, u);
     }
 };
 
