@@ -14,8 +14,8 @@
 // context costs one block per kv head and a few memory round trips, whatever
 // the capacity.
 #include <atomic>
-#include <cstdlib>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "runtime/cuda/attention_impl.cuh"
 #include "runtime/cuda/kernels.h"
@@ -73,11 +73,7 @@ std::atomic<int> g_split_max_override{0};
 
 int split_max_tokens() {
     if (const int forced = g_split_max_override.load(std::memory_order_relaxed)) return forced;
-    static const int from_env = [] {
-        const char* v = std::getenv("QINFER_CUDA_ATTN_SPLIT_T");
-        const int t = v ? std::atoi(v) : 0;
-        return t >= 1 && t <= 1024 ? t : kSplitMaxTokens;
-    }();
+    static const int from_env = env_int("QINFER_CUDA_ATTN_SPLIT_T", 1, 1024, kSplitMaxTokens);
     return from_env;
 }
 
