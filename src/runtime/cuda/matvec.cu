@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/launch.cuh"
@@ -25,9 +26,10 @@ int matvec_variant() {
     if (forced) return forced;
     static const int from_env = [] {
         const char* v = std::getenv("QINFER_CUDA_MATVEC");
-        if (v && std::strcmp(v, "v1") == 0) return 1;
-        if (v && std::strcmp(v, "v2") == 0) return 2;
-        return 3;
+        if (!v || !*v || std::strcmp(v, "v3") == 0) return 3;
+        if (std::strcmp(v, "v1") == 0) return 1;
+        if (std::strcmp(v, "v2") == 0) return 2;
+        fail(strfmt("QINFER_CUDA_MATVEC=%s: expected v1, v2 or v3", v));
     }();
     return from_env;
 }
@@ -392,11 +394,7 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
 std::atomic<int> g_rows_override{0};
 int forced_rows() {
     if (const int forced = g_rows_override.load(std::memory_order_relaxed)) return forced;
-    static const int from_env = [] {
-        const char* v = std::getenv("QINFER_CUDA_MV_ROWS");
-        const int r = v ? std::atoi(v) : 0;
-        return r == 1 || r == 2 || r == 4 || r == 8 ? r : 0;
-    }();
+    static const int from_env = env_int_of("QINFER_CUDA_MV_ROWS", {1, 2, 4, 8}, 0);
     return from_env;
 }
 int rows_for(GgmlType t, int R) { return t == GgmlType::Q4_K ? R : std::max(1, R / 2); }
@@ -427,24 +425,13 @@ int choose_rows(const MatvecJob* jobs, int n_jobs) {
     return 1;
 }
 
-// The next step's loads in flight during this step's arithmetic: slower on the
-// H200 at every shape but one (QINFER_CUDA_MV_PIPE=1 turns it on; never for
-// Q6_K, whose three weight and four activation vectors per unit would spill).
-bool rows_pipelined() {
-    static const bool on = [] {
-        const char* v = std::getenv("QINFER_CUDA_MV_PIPE");
-        return v && std::strcmp(v, "1") == 0;
-    }();
-    return on;
-}
-
 bool rows_kernel_supports(GgmlType t) {
     return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
 }
 
 // acc[0, RR) += rows [row0, row0 + RR) of w times the activations, this lane's
 // units; rows past N repeat row N - 1 (loaded, never written).
-template <GgmlType TY, int RR, bool PIPE, int R>
+template <GgmlType TY, int RR, int R>
 __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t N, const ActQ& A, int lane,
                                           float (&acc)[R]) {
     using U = RowUnit<TY>;
@@ -453,41 +440,22 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
 #pragma unroll
     for (int r = 0; r < RR; ++r) blk0[r] = (row0 + r < N ? row0 + r : N - 1) * w.bpr;
     int u = lane;
-    typename U::W cw[RR], nw[RR];
+    typename U::W cw[RR];
     if (u < units) {
 #pragma unroll
         for (int r = 0; r < RR; ++r) cw[r] = U::load_w(w, blk0[r], u);
     }
     pdl_wait();  // weights only so far; the activations are the previous kernel's output
     if (u >= units) return;
-    typename U::A ca = U::load_a(A, u), na;
-    if constexpr (!PIPE) {
-        for (;;) {
+    typename U::A ca = U::load_a(A, u);
+    for (;;) {
 #pragma unroll
-            for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[r], ca, u);
-            u += WARP;
-            if (u >= units) return;
-            ca = U::load_a(A, u);
+        for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[r], ca, u);
+        u += WARP;
+        if (u >= units) return;
+        ca = U::load_a(A, u);
 #pragma unroll
-            for (int r = 0; r < RR; ++r) cw[r] = U::load_w(w, blk0[r], u);
-        }
-    } else {
-        for (;;) {
-            const int next = u + WARP;
-            const bool more = next < units;
-            if (more) {
-                na = U::load_a(A, next);
-#pragma unroll
-                for (int r = 0; r < RR; ++r) nw[r] = U::load_w(w, blk0[r], next);
-            }
-#pragma unroll
-            for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[r], ca, u);
-            if (!more) break;
-            ca = na;
-#pragma unroll
-            for (int r = 0; r < RR; ++r) cw[r] = nw[r];
-            u = next;
-        }
+        for (int r = 0; r < RR; ++r) cw[r] = U::load_w(w, blk0[r], u);
     }
 }
 
@@ -514,15 +482,12 @@ __device__ __forceinline__ void conv_row(const ConvAfter& cv, int64_t c, int64_t
 
 // Blocks per SM asked of the register allocator: Q4_K at R = 4 takes ~120
 // registers unbounded (4 blocks, 16 warps per SM), which would leave a gate+up
-// pair of 2 x 9216 rows in more than two waves. Without the pipeline a step's
-// registers are held once.
-constexpr int rows_min_blocks(int R, bool pipe) {
-    return pipe ? (R >= 8 ? 3 : R == 4 ? 5 : R == 2 ? 7 : 8) : (R >= 8 ? 4 : R == 4 ? 6 : 8);
-}
+// pair of 2 x 9216 rows in more than two waves.
+constexpr int rows_min_blocks(int R) { return R >= 8 ? 4 : R == 4 ? 6 : 8; }
 
 // TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
-template <int R, int TYI, bool PIPE>
-__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, PIPE)) mmv_rows_kernel(MvBatch b, ActQ A) {
+template <int R, int TYI>
+__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R)) mmv_rows_kernel(MvBatch b, ActQ A) {
     int ji = 0;
 #pragma unroll
     for (int i = 1; i < kMaxMatvecJobs; ++i)
@@ -537,9 +502,9 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, PIPE)) mm
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.f;
-        if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, PIPE>(j.w, row0, j.N, A, lane, acc);
-        else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), PIPE>(j.w, row0, j.N, A, lane, acc);
-        else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), false>(j.w, row0, j.N, A, lane, acc);  // spills pipelined
+        if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R>(j.w, row0, j.N, A, lane, acc);
+        else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1)>(j.w, row0, j.N, A, lane, acc);
+        else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1)>(j.w, row0, j.N, A, lane, acc);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             if (r >= rpw || row0 + r >= j.N) break;
@@ -555,15 +520,15 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, PIPE)) mm
     }
 }
 
-template <int R, bool PIPE>
+template <int R>
 void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const ActQ& act) {
     const dim3 grid{unsigned(blocks)}, block{MMV_WARPS * WARP};
     const char* what = "matmul_vec (rows)";
-    if (mixed) return launch(what, mmv_rows_kernel<R, -1, PIPE>, grid, block, 0, s, b, act);
+    if (mixed) return launch(what, mmv_rows_kernel<R, -1>, grid, block, 0, s, b, act);
     switch (GgmlType(b.job[0].type)) {
-        case GgmlType::Q4_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q4_K), PIPE>, grid, block, 0, s, b, act);
-        case GgmlType::Q5_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q5_K), PIPE>, grid, block, 0, s, b, act);
-        default: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q6_K), PIPE>, grid, block, 0, s, b, act);
+        case GgmlType::Q4_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q4_K)>, grid, block, 0, s, b, act);
+        case GgmlType::Q5_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q5_K)>, grid, block, 0, s, b, act);
+        default: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q6_K)>, grid, block, 0, s, b, act);
     }
 }
 
@@ -584,11 +549,10 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
     }
     if (blocks >= (int64_t(1) << 31)) fail(strfmt("CUDA matvec: %lld blocks", (long long)blocks));
     if (blocks == 0) return;
-    const bool pipe = rows_pipelined();
-    if (R == 1) pipe ? rows_start<1, true>(b, int(blocks), mixed, s, act) : rows_start<1, false>(b, int(blocks), mixed, s, act);
-    else if (R == 2) pipe ? rows_start<2, true>(b, int(blocks), mixed, s, act) : rows_start<2, false>(b, int(blocks), mixed, s, act);
-    else if (R == 8) pipe ? rows_start<8, true>(b, int(blocks), mixed, s, act) : rows_start<8, false>(b, int(blocks), mixed, s, act);
-    else pipe ? rows_start<4, true>(b, int(blocks), mixed, s, act) : rows_start<4, false>(b, int(blocks), mixed, s, act);
+    if (R == 1) rows_start<1>(b, int(blocks), mixed, s, act);
+    else if (R == 2) rows_start<2>(b, int(blocks), mixed, s, act);
+    else if (R == 8) rows_start<8>(b, int(blocks), mixed, s, act);
+    else rows_start<4>(b, int(blocks), mixed, s, act);
 }
 
 }  // namespace
