@@ -2,11 +2,11 @@
 // anything else fails with a message naming the variable and what it takes.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "common/env.h"
 #include "common/error.h"
+#include "testutil.h"
 
 namespace qinfer {
 namespace {
@@ -14,12 +14,8 @@ namespace {
 constexpr const char* kVar = "QINFER_ENV_TEST_VALUE";
 
 void set_env(const char* value) {
-#ifdef _WIN32
-    _putenv_s(kVar, value ? value : "");
-#else
-    if (value) setenv(kVar, value, 1);
-    else unsetenv(kVar);
-#endif
+    if (value) test::set_env(kVar, value);
+    else test::unset_env(kVar);
 }
 
 // The message of the Error that f throws ("" when it does not throw).

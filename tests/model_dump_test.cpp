@@ -13,26 +13,17 @@
 namespace qinfer {
 namespace {
 
-void set_env(const char* name, const char* value) {
-#ifdef _WIN32
-    _putenv_s(name, value ? value : "");
-#else
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-#endif
-}
-
 TEST(ModelDump, WritesNamedIntermediates) {
     if (!test::reference_available()) GTEST_SKIP() << "reference data not available";
     const std::string model_path = test::reference_path("tiny-qwen35.f16.gguf");
     const std::string dir = test::temp_dir() + "/dump";
-    set_env("QINFER_DUMP", dir.c_str());
+    test::set_env("QINFER_DUMP", dir.c_str());
     ModelOptions opt;
     opt.n_ctx = 16;
     opt.n_batch = 8;
     opt.n_threads = 1;
     auto m = Model::load(model_path, opt);
-    set_env("QINFER_DUMP", nullptr);
+    test::unset_env("QINFER_DUMP");
     Batch b;
     for (int i = 0; i < 3; ++i) b.add(100 + i, i, 0, true);
     std::vector<float> logits;
