@@ -78,6 +78,7 @@ TEST(ServerLoad, SixtyFourStreamingClients) {
     for (const std::string& e : r.errors) std::printf("  error: %s\n", e.c_str());
     EXPECT_EQ(r.requests_failed, 0);
     EXPECT_EQ(r.mismatches, 0);
+    EXPECT_GT(r.repeats, 0) << "prompts were repeated, so the comparison ran";
     EXPECT_GE(r.requests_ok, 64);
     EXPECT_EQ(r.tokens, r.requests_ok * 12);
     EXPECT_GT(r.stream_decode_p50, 0) << "every token streams in its own chunk (return_tokens)";

@@ -124,9 +124,10 @@ double percentile(std::vector<double> v, double p) {
 }  // namespace
 
 std::string LoadResult::summary() const {
-    return strfmt("clients %3d | requests %6lld ok, %lld failed, %lld mismatched | %8lld tokens in %.1f s = %9.1f tok/s | "
+    return strfmt("clients %3d | requests %6lld ok, %lld failed, %lld of %lld repeated prompts mismatched | %8lld tokens in %.1f s = %9.1f tok/s | "
                   "TTFT p50 %.1f ms, p99 %.1f ms, max %.1f ms | per stream after the first token %.1f tok/s (p50)",
-                  clients, (long long)requests_ok, (long long)requests_failed, (long long)mismatches, (long long)tokens,
+                  clients, (long long)requests_ok, (long long)requests_failed, (long long)mismatches, (long long)repeats,
+                  (long long)tokens,
                   wall_s, tokens_per_s, ttft_p50_ms, ttft_p99_ms, ttft_max_ms, stream_decode_p50);
 }
 
@@ -164,8 +165,10 @@ LoadResult run_load(const LoadOptions& opt_in) {
                 auto it = res.outputs.find(prompt);
                 if (it == res.outputs.end())
                     res.outputs.emplace(prompt, o.tokens);
-                else if (it->second != o.tokens)
-                    res.mismatches++;
+                else {
+                    res.repeats++;
+                    if (it->second != o.tokens) res.mismatches++;
+                }
             } while (Clock::now() < end);
         });
     }

@@ -26,7 +26,10 @@ struct LoadOptions {
 
 struct LoadResult {
     int clients = 0;
-    int64_t requests_ok = 0, requests_failed = 0, mismatches = 0;
+    int64_t requests_ok = 0, requests_failed = 0;
+    // Requests whose prompt was already answered in this run, and those of them
+    // whose tokens differ from the first answer.
+    int64_t repeats = 0, mismatches = 0;
     int64_t tokens = 0;             // generated tokens of successful requests
     double wall_s = 0;
     double tokens_per_s = 0;        // aggregate
