@@ -176,13 +176,17 @@ std::string human_params(uint64_t n) {
 }
 
 // Fills the slot with `n` random tokens (context for a depth test), unmeasured.
+// The last token asks for its logits, so the call returns only once the
+// device has processed the whole fill: a GPU backend queues work, and the
+// measured part must not start while the fill's last chunks still run.
 void fill(Model& model, Rng& rng, int n_vocab, int n, int n_batch, int slot) {
     Batch b;
     std::vector<float> logits;
     for (int done = 0; done < n;) {
         b.clear();
         const int k = std::min(n_batch, n - done);
-        for (int i = 0; i < k; i++) b.add(int32_t(rng.next() % uint64_t(n_vocab)), done + i, slot, false);
+        for (int i = 0; i < k; i++)
+            b.add(int32_t(rng.next() % uint64_t(n_vocab)), done + i, slot, done + i + 1 == n);
         model.forward(b, logits);
         done += k;
     }
