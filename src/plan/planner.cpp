@@ -149,11 +149,11 @@ MemoryPlan plan_memory(const gguf::File& f, const HParams& hp, const PlanOptions
 }
 
 // Decode attention (steps of up to 64 tokens, at most 4 per sequence) is split
-// into one key range per 64 positions of the cache (at most 128), each leaving
+// into one key range per 256 positions of the cache (at most 128), each leaving
 // (d + 4) floats per head and token (cuda attention_work_bytes); 0 with one range.
 uint64_t MemoryPlan::attention_split_bytes_at(int64_t n_ctx) const {
     const uint64_t tokens = uint64_t(std::clamp(std::min(opt.n_batch, 4 * opt.n_slots), 1, 64));
-    const uint64_t splits = uint64_t(std::clamp<int64_t>((n_ctx + 63) / 64, 1, 128));
+    const uint64_t splits = uint64_t(std::clamp<int64_t>((n_ctx + 255) / 256, 1, 128));
     if (splits == 1) return 0;
     return opt.compute.gpu_alloc(4 * tokens * uint64_t(hp.n_head) * splits * uint64_t(hp.head_dim + 4));
 }

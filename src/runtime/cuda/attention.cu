@@ -1,20 +1,18 @@
 // Causal GQA attention over the KV cache (spec/models.md §2.4): f32 scores and
 // softmax whatever the cache type, as the CPU backend.
 //
-// Decode steps (attn_chunk_kernel): the key range of a token is cut into
-// chunks of a size fixed by the cache capacity alone (attention_chunk_keys);
-// one block per (kv head, token, chunk), and a second kernel folds the
-// chunks' softmax states left to right (flash-decoding). The grid depends
-// only on the capacity, never on the current length, so a captured decode
-// step stays valid as the context grows: both kernels read the length (pos)
-// on the device; blocks of chunks past it exit at once, and a context of one
-// chunk is written by its block directly (the fold kernel exits at once too).
-// A decode token's result is the same whatever other decode tokens share its
-// step.
-//
-// Prompt-sized steps (attn_pass_kernel): one block per (kv head, token), one
-// pass over its keys. Each block serves all query heads of its group, so
-// every cached K/V byte is read once per token.
+// Decode (few tokens): one block per (kv head, token, split of the key range)
+// serves all query heads of the group, so every cached K/V byte is read once
+// per token; long contexts are split over the key range (flash-decoding) and
+// the partial softmax states are merged by a second kernel. The number of
+// splits launched depends only on the cache capacity, never on the current
+// length, so a captured decode step stays valid as the context grows: both
+// kernels read the length (pos) on the device and use only the first
+// ceil(n / chunk) splits, chunk = n / splits rounded up to ATTN_SPLIT_ALIGN
+// keys. The others exit at once, and when one split covers the context it
+// writes the output itself and the merge kernel exits at once too: a 5-key
+// context costs one block per kv head and a few memory round trips, whatever
+// the capacity.
 #include <atomic>
 
 #include "common/env.h"
@@ -61,11 +59,14 @@ void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_
     QINFER_CUDA_LAUNCHED("kv_store");
 }
 
-// Steps of up to this many tokens, no sequence with more than 4 of them (every
-// decode batch of the server), run the chunk kernel; longer ones the one-pass
-// kernel. A step that mixes a prompt chunk with decode tokens takes one pass,
-// which rounds differently. QINFER_CUDA_ATTN_SPLIT_T overrides the token
-// limit (A/B).
+// Decode steps -- up to this many tokens, no sequence with more than 4 of them
+// (every decode batch of the server) -- take the split
+// kernel; prompts one pass over the keys per token. The split structure
+// depends only on the cache capacity, so a decode token's result is the same
+// whatever else is in its batch (when only steps of up to 4 tokens split,
+// greedy server completions depended on how requests were batched). A step
+// that mixes a prompt chunk with decode tokens still takes one pass.
+// QINFER_CUDA_ATTN_SPLIT_T overrides the token limit (A/B).
 constexpr int kSplitMaxTokens = 64;
 constexpr int kSplitMaxSegment = 4;
 std::atomic<int> g_split_max_override{0};
@@ -80,24 +81,13 @@ void set_attention_split_max_tokens(int t) {
     g_split_max_override.store(t >= 1 && t <= 1024 ? t : 0, std::memory_order_relaxed);
 }
 
-// Keys per chunk: at least QINFER_CUDA_ATTN_SPLIT_KEYS (64, 128 or 256;
-// default 64, so that a 100-key context is two blocks per kv head that each
-// load their keys at once), and enough that the capacity has at most
-// ATTN_MAX_SPLITS chunks. A multiple of ATTN_TILE_MAX.
-int attention_chunk_keys(int64_t max_ctx) {
-    static const int min_keys = env_int_of("QINFER_CUDA_ATTN_SPLIT_KEYS", {64, 128, 256}, 64);
-    int64_t c = (max_ctx + ATTN_MAX_SPLITS - 1) / ATTN_MAX_SPLITS;
-    c = (c + ATTN_TILE_MAX - 1) / ATTN_TILE_MAX * ATTN_TILE_MAX;
-    return int(c > min_keys ? c : min_keys);
-}
-
-// Blocks per token along the key range: one per chunk of the capacity for
-// decode steps, 1 (the one-pass kernel) otherwise.
+// Splits of the key range launched for decode: enough blocks to keep every SM
+// streaming K/V at long contexts (a split covers >= ATTN_SPLIT_ALIGN keys of
+// the capacity, at most 128 splits); those past a short context exit at once.
 int attention_splits(int64_t T, int64_t max_ctx, int max_seg_len) {
     if (T > split_max_tokens() || max_seg_len > kSplitMaxSegment) return 1;
-    const int64_t C = attention_chunk_keys(max_ctx);
-    const int64_t n = (max_ctx + C - 1) / C;
-    return n < 1 ? 1 : int(n);
+    const int64_t n = (max_ctx + ATTN_SPLIT_ALIGN - 1) / ATTN_SPLIT_ALIGN;
+    return n < 1 ? 1 : (n > ATTN_MAX_SPLITS ? ATTN_MAX_SPLITS : int(n));
 }
 
 size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ctx, int max_seg_len) {
@@ -110,13 +100,8 @@ namespace {
 
 template <int D, int GT, typename KT>
 void launch_split(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
-    if (ns == 1) {
-        launch("attn_pass_kernel", attn_pass_kernel<D, GT, KT>, dim3(unsigned(n_kv), unsigned(T)), dim3(ATTN_THREADS),
-               0, s, a);
-        return;
-    }
     const dim3 grid(static_cast<unsigned>(n_kv), unsigned(T), unsigned(ns));
-    launch("attn_chunk_kernel", attn_chunk_kernel<D, GT, KT>, dim3(grid), dim3(ATTN_THREADS), 0, s, a);
+    launch("attn_split_kernel", attn_split_kernel<D, GT, KT>, dim3(grid), dim3(ATTN_THREADS), 0, s, a);
 }
 
 template <int D, typename KT>
@@ -153,7 +138,6 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     a.work = static_cast<float*>(work);
     const int ns = attention_splits(T, kv.n_ctx, max_seg_len);
     a.n_split = ns;
-    a.chunk = attention_chunk_keys(kv.n_ctx);
     if (ns > 1 && !work) fail("CUDA attention: no work buffer for split attention");
     const int n_kv = int(kv.n_kv);
     switch (kv.d) {
@@ -164,15 +148,14 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     }
     QINFER_CUDA_LAUNCHED("attention");
     if (ns > 1) {
-        const dim3 grid(static_cast<unsigned>(n_head), unsigned(T));
-        const dim3 block(unsigned(kv.d / 4));
+        const dim3 grid(static_cast<unsigned>(n_head), unsigned(T), unsigned(kv.d / ATTN_COMBINE_COLS));
         switch (kv.d) {
-            case 64: launch("attn_combine_kernel", attn_combine_kernel<64>, grid, block, 0, s, a.work, ns, a.chunk,
-                            pos, out); break;
-            case 128: launch("attn_combine_kernel", attn_combine_kernel<128>, grid, block, 0, s, a.work, ns, a.chunk,
-                             pos, out); break;
-            default: launch("attn_combine_kernel", attn_combine_kernel<256>, grid, block, 0, s, a.work, ns, a.chunk,
-                            pos, out); break;
+            case 64: launch("attn_combine_kernel", attn_combine_kernel<64>, dim3(grid), dim3(ATTN_THREADS), 0, s,
+                    a.work, ns, pos, out); break;
+            case 128: launch("attn_combine_kernel", attn_combine_kernel<128>, dim3(grid), dim3(ATTN_THREADS), 0, s,
+                    a.work, ns, pos, out); break;
+            default: launch("attn_combine_kernel", attn_combine_kernel<256>, dim3(grid), dim3(ATTN_THREADS), 0, s,
+                    a.work, ns, pos, out); break;
         }
         QINFER_CUDA_LAUNCHED("attention combine");
     }
