@@ -466,11 +466,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaDecodeAttention, ::testing::ValuesIn(decode
                              return std::string(name);
                          });
 
-// A decode token's attention must not depend on what else is in its step
-// (the server batches requests as they come) nor on the run: the row of token
+// A decode token's attention must not depend on what else is in its step (the
+// server batches requests as they come) nor on the run: the row of token
 // (slot 1, pos 700) alone, in a batch of 4 and in one of 40 rows, bit for bit,
-// and every call twice with the same bits; prompt-sized steps (past the chunk
-// kernel's token limit: one pass) stay within rounding of it.
+// and every call twice with the same bits; prompt-sized steps (past the split
+// kernel's token limit) stay within rounding of it.
 TEST(CudaDecodeAttentionBatch, RowDoesNotDependOnItsBatch) {
     REQUIRE_GPU();
     const int64_t d = 256, n_kv = 4, n_head = 16, n_ctx = 4096;
