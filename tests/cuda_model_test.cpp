@@ -36,14 +36,18 @@ ModelOptions options(int n_ctx) {
     return opt;
 }
 
-std::unique_ptr<Model> load_on(const std::string& path, bool gpu, int n_ctx) {
-    const ModelOptions opt = options(n_ctx);
-    if (!gpu) return Model::load(path, opt);
+// Every layer, the embedding and the head on the GPU.
+std::unique_ptr<Model> load_gpu(const std::string& path, const ModelOptions& opt) {
     const HParams hp = HParams::from_gguf(*gguf::File::open(path));
     Placement pl;
     pl.backends.push_back(make_cuda_backend(0));
     pl.layer.assign(size_t(hp.n_layer), 0);
     return Model::load(path, opt, std::move(pl));
+}
+
+std::unique_ptr<Model> load_on(const std::string& path, bool gpu, int n_ctx) {
+    const ModelOptions opt = options(n_ctx);
+    return gpu ? load_gpu(path, opt) : Model::load(path, opt);
 }
 
 std::vector<float> run_batch(Model& m, const std::vector<int32_t>& ids) {
@@ -217,16 +221,10 @@ TEST_P(CudaLongPrompt, GpuAndPromptOffloadMatchCpu) {
         for (size_t i = 0; i < l.size() && i < lc.size(); ++i) d = std::max(d, double(std::fabs(l[i] - lc[i])));
         return d;
     };
-    auto on_gpu = [&] {
-        Placement pl;
-        pl.backends.push_back(make_cuda_backend(0));
-        pl.layer.assign(size_t(hp.n_layer), 0);
-        return Model::load(path, opt, std::move(pl));
-    };
-    const std::vector<float> lg = last_rows(*on_gpu());
+    const std::vector<float> lg = last_rows(*load_gpu(path, opt));
     const double d_gpu = diff(lg);
     set_env("QINFER_CUDA_PREFILL", "f16");
-    const double d_f16 = diff(last_rows(*on_gpu()));
+    const double d_f16 = diff(last_rows(*load_gpu(path, opt)));
     unset_env("QINFER_CUDA_PREFILL");
 
     // Every layer on the CPU, the prompt offloaded to the GPU.
@@ -288,10 +286,7 @@ TEST_P(CudaBatchedDecode, RowsMatchTheSequenceAlone) {
     auto load = [&] {
         ModelOptions opt = options(64);
         opt.n_slots = kSeqs;
-        Placement pl;
-        pl.backends.push_back(make_cuda_backend(0));
-        pl.layer.assign(size_t(hp.n_layer), 0);
-        auto m = Model::load(path, opt, std::move(pl));
+        auto m = load_gpu(path, opt);
         for (int s = 0; s < kSeqs; ++s) {  // a different prompt per sequence, one sequence per step
             Batch b;
             for (int i = 0; i < kPrompt; ++i)

@@ -73,6 +73,12 @@ struct StepInfo {
         int32_t pos0;   // position of the first token
     };
     std::vector<Segment> segments;  // runs of one slot, in batch order
+    // The most tokens of one sequence in this step (decode steps: 1 per sequence).
+    int max_segment_len() const {
+        int n = 0;
+        for (const Segment& sg : segments) n = sg.count > n ? int(sg.count) : n;
+        return n;
+    }
     // on the backend (I32 [n_batch]; only the first n_tokens entries are valid)
     Tensor pos_t;
     Tensor slot_t;

@@ -743,8 +743,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     const int32_t* pos = static_cast<const int32_t*>(step.pos_t.data);
     const int32_t* slot = static_cast<const int32_t*>(step.slot_t.data);
     const Rows qr = rows_of(q, "attention"), kr = rows_of(k, "attention"), vr = rows_of(v, "attention");
-    int max_len = 0;
-    for (const StepInfo::Segment& sg : step.segments) max_len = std::max(max_len, int(sg.count));
+    const int max_len = step.max_segment_len();
     const size_t wb = cuda::attention_work_bytes(T, n_head, d, kv.n_ctx, max_len);
     void* work = wb ? scratch(attn_work_, wb, "attention") : nullptr;
     float* op = static_cast<float*>(out.data);
@@ -774,8 +773,7 @@ void CudaBackend::conv1d_silu(const Tensor& x, const Tensor& w, const RecurrentS
     float* sp = static_cast<float*>(cs.data);
     const int n_slots = int(cs.ne[2]), n_seg = int(step.segments.size()), Ki = int(K);
     const cuda::Segment* seg = static_cast<const cuda::Segment*>(step.seg_t.data);
-    int max_len = 0;
-    for (const StepInfo::Segment& sg : step.segments) max_len = std::max(max_len, int(sg.count));
+    const int max_len = step.max_segment_len();
     sig(uint32_t(13), xr, orr, wp, sp, n_slots, n_seg, Ki, C, seg, max_len);
     enqueue([=, s = stream_] {
         cuda::conv1d_silu(xr.data, xr.s1, wp, Ki, C, sp, n_slots, seg, n_seg, max_len, orr.data, orr.s1, s);
@@ -828,8 +826,7 @@ void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tenso
     p.dv = int(dv);
     p.Hk = int(Hk);
     p.Hv = int(Hv);
-    int max_len = 0;
-    for (const StepInfo::Segment& sg : step.segments) max_len = std::max(max_len, int(sg.count));
+    const int max_len = step.max_segment_len();
     const int n_seg = int(step.segments.size());
     const cuda::Segment* seg = static_cast<const cuda::Segment*>(step.seg_t.data);
     sig(uint32_t(14), p, n_seg, max_len, seg);
