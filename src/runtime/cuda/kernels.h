@@ -208,6 +208,14 @@ size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ct
 void set_attention_split_max_tokens(int t);
 void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale,
                float* out, void* work, int max_seg_len, cudaStream_t s);
+// The same attention for prompt steps on the tensor cores (attention_prefill.cu):
+// tokens given as segments (device array of n_seg, contiguous runs of one
+// sequence in batch order; token first + i at position pos0 + i of slot). Q and
+// P are rounded to f16 (relative error ~1e-3 of the f32 kernel). Returns false,
+// launching nothing, where it does not apply (f32 cache, head dim not 64 / 128 /
+// 256, more than 8 or a non-power-of-two number of query heads per kv head).
+bool attention_prefill(Rows q, const KvView& kv, const Segment* seg, int n_seg, int64_t T, float scale, float* out,
+                       cudaStream_t s);
 
 // ---- Gated DeltaNet
 // conv state {C, K-1, n_slots} f32; x, out [T][C] (row strides ldx / ldo floats); w {K, C}.
