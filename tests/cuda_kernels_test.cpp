@@ -236,6 +236,49 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaMatmul,
                              return std::string(type_name(i.param.type)) + "_K" + std::to_string(i.param.K);
                          });
 
+// Prompt-sized products (T >= 128 tokens, N >= 256 rows) dequantize the weight
+// to f16 and multiply f16 activations on cuBLAS (f32 accumulation): within the
+// f16 roundings of both operands (2 x 2^-11 relative per product) of the f64
+// product of the dequantized weights and the f32 activations. Every quantized
+// type, with K both a single and several blocks.
+TEST(CudaMatmul, PromptStepsOnF16MatchF64Product) {
+    REQUIRE_GPU();
+    auto be = make_cuda_backend(0);
+    const int64_t N = 300, T = 130;
+    for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                        GgmlType::Q5_K, GgmlType::Q6_K}) {
+        const int64_t K = traits(wt).block_size == 256 ? 768 : 96;
+        const std::vector<float> wf = random_floats(size_t(N * K), uint32_t(17 + K), 0.5f);
+        const size_t rb = row_bytes(wt, K);
+        std::vector<uint8_t> wq(rb * size_t(N));
+        for (int64_t n = 0; n < N; ++n) quantize_row(wt, &wf[size_t(n * K)], &wq[rb * size_t(n)], K);
+        std::vector<float> wd(static_cast<size_t>(N * K));
+        for (int64_t n = 0; n < N; ++n) dequantize_row(wt, &wq[rb * size_t(n)], &wd[size_t(n * K)], K);
+        const Tensor w = upload(*be, wt, K, N, wq, "w");
+        const std::vector<float> xf = random_floats(size_t(T * K), uint32_t(99 + K), 2.f);
+        const Tensor x = put_f32(*be, xf, {K, T}, "x");
+        Tensor y = be->alloc(GgmlType::F32, {N, T}, "y");
+        poison(*be, y);
+        be->matmul(w, x, y, nullptr);
+        const std::vector<float> got = get_f32(*be, y);
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t n = 0; n < N; ++n) {
+                double ref = 0, mag = 0;
+                for (int64_t k = 0; k < K; ++k) {
+                    const double p = double(wd[size_t(n * K + k)]) * double(xf[size_t(t * K + k)]);
+                    ref += p;
+                    mag += std::fabs(p);
+                }
+                const float g = got[size_t(t * N + n)];
+                ASSERT_TRUE(std::isfinite(g)) << type_name(wt) << " t=" << t << " n=" << n;
+                ASSERT_NEAR(g, ref, 1.2e-3 * mag + 1e-6) << type_name(wt) << " K=" << K << " t=" << t << " n=" << n;
+            }
+        Tensor xx = x;
+        be->free(xx);
+        be->free(y);
+    }
+}
+
 TEST(CudaMatmul, BiasAndBatchedEqualsTokenByToken) {
     REQUIRE_GPU();
     auto be = make_cuda_backend(0);

@@ -654,6 +654,25 @@ __global__ void dequant_f16_kernel(WArgs w, int64_t n, __half* __restrict__ out)
         out[i] = __float2half_rn(dequant_elem<TY>(w, i / BS, int(i % BS)));
 }
 
+// Eight consecutive elements (one 16-byte store) per thread: a quantized block
+// is 32 or 256 elements, so the eight share a block and its scales.
+template <GgmlType TY>
+__global__ void dequant_f16x8_kernel(WArgs w, int64_t n8, int4* __restrict__ out) {
+    constexpr int BS = (TY == GgmlType::Q4_K || TY == GgmlType::Q5_K || TY == GgmlType::Q6_K) ? 256 : 32;
+    for (int64_t i8 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i8 < n8; i8 += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t blk = i8 * 8 / BS;
+        const int j = int(i8 * 8 % BS);
+        union {
+            __half2 h[4];
+            int4 v;
+        } u;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            u.h[e] = __floats2half2_rn(dequant_elem<TY>(w, blk, j + 2 * e), dequant_elem<TY>(w, blk, j + 2 * e + 1));
+        out[i8] = u.v;
+    }
+}
+
 template <GgmlType TY>
 __global__ void dequant_f32_kernel(WArgs w, int64_t K, int64_t row0, int64_t n, float* __restrict__ out) {
     constexpr int BS = TY == GgmlType::F32 || TY == GgmlType::F16 || TY == GgmlType::BF16 ? 1
@@ -690,6 +709,12 @@ template <GgmlType TY> struct GetRows {
 template <GgmlType TY> struct DequantF16 {
     static void run(const DeviceWeight& w, __half* out, cudaStream_t s) {
         const int64_t n = w.K * w.N;
+        constexpr bool blocked = TY != GgmlType::F32 && TY != GgmlType::F16 && TY != GgmlType::BF16;
+        if constexpr (blocked) {  // K is a multiple of the block size
+            const int blocks = int(ceil_div(n / 8, 256) < 65536 ? ceil_div(n / 8, 256) : 65536);
+            dequant_f16x8_kernel<TY><<<blocks, 256, 0, s>>>(wargs(w), n / 8, reinterpret_cast<int4*>(out));
+            return;
+        }
         const int blocks = int(ceil_div(n, 256) < 65536 ? ceil_div(n, 256) : 65536);
         dequant_f16_kernel<TY><<<blocks, 256, 0, s>>>(wargs(w), n, out);
     }
