@@ -69,6 +69,7 @@ void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_
 // QINFER_CUDA_ATTN_SPLIT_T overrides the token limit (A/B).
 constexpr int kSplitMaxTokens = 64;
 constexpr int kSplitMaxSegment = 4;
+constexpr int kPrefillMinSegment = 128;
 std::atomic<int> g_split_max_override{0};
 
 int split_max_tokens() {
@@ -100,8 +101,14 @@ namespace {
 
 template <int D, int GT, typename KT>
 void launch_split(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
+    constexpr size_t smem = attn_smem_bytes<D, KT>();
+    // K/V tiles above the 48 KB default need the kernel's opt-in (on the
+    // current device: set at every launch, a host-side call)
+    if constexpr (smem > 48 * 1024)
+        QINFER_CUDA_CHECK(cudaFuncSetAttribute(attn_split_kernel<D, GT, KT>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const dim3 grid(static_cast<unsigned>(n_kv), unsigned(T), unsigned(ns));
-    launch("attn_split_kernel", attn_split_kernel<D, GT, KT>, dim3(grid), dim3(ATTN_THREADS), 0, s, a);
+    launch("attn_split_kernel", attn_split_kernel<D, GT, KT>, dim3(grid), dim3(ATTN_THREADS), smem, s, a);
 }
 
 template <int D, typename KT>
@@ -116,8 +123,17 @@ void launch_d(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
 }  // namespace
 
 void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale, float* out,
-               void* work, int max_seg_len, cudaStream_t s) {
+               void* work, int max_seg_len, cudaStream_t s, const Segment* seg, int n_seg) {
     if (T == 0) return;
+    // Steps with a prompt chunk of kPrefillMinSegment tokens or more: the
+    // tensor-core kernel where it applies (QINFER_CUDA_ATTN_PREFILL=0: the
+    // one-pass kernel below). Its f16 q and probabilities move a token's output
+    // by ~1e-3 relative, so short prompts keep the one-pass kernel's f32 scores
+    // and equal token-by-token decode within the 8-bit activation roundings.
+    static const bool tiled_prefill = env_int("QINFER_CUDA_ATTN_PREFILL", 0, 1, 1) != 0;
+    if (tiled_prefill && seg && n_seg > 0 && max_seg_len >= kPrefillMinSegment &&
+        attention_prefill(q, kv, seg, n_seg, T, scale, out, s))
+        return;
     const int64_t n_head = q.n1;
     if (n_head % kv.n_kv != 0 || q.n != kv.d)
         fail(strfmt("CUDA attention: %lld query heads of %lld vs %lld kv heads of %lld", (long long)n_head,

@@ -22,15 +22,27 @@ struct AttnArgs {
 };
 
 constexpr int ATTN_THREADS = 128;
-constexpr int ATTN_TILE = 128;       // keys per softmax tile: one per thread
 // A split's key range is a multiple of this (but the last). Steps longer than
 // the split kernel's token limit (attention.cu) take one pass over the keys,
-// and every extra split rounds a little differently from that pass: few, long
-// splits keep a token's result close whichever kernel it ran on.
-constexpr int ATTN_SPLIT_ALIGN = 256;
+// and every extra split rounds a little differently from that pass; 64 keys
+// give a 512-key context 8 splits per kv head (32 blocks, not 8 as with 256:
+// 13 vs 30 us on an H200; 128 keys: 18 us).
+constexpr int ATTN_SPLIT_ALIGN = 64;
 constexpr int ATTN_MAX_SPLITS = 128; // <= ATTN_THREADS: the combine gives each split one thread
 constexpr int ATTN_PART_HDR = 4;     // m, l and padding, so acc[] stays 16-byte aligned
 constexpr int ATTN_COMBINE_COLS = 64;
+
+// Keys per tile: K and V tiles of 32 KB each in shared memory (64 keys of a
+// 256-wide f16 head), at most ATTN_THREADS (one key per thread in the
+// softmax). Tiles of 16 KB took twice as long at 512 keys on an H200 (40 vs
+// 18 us) and were 10% faster only at 32k keys.
+template <int D, typename KT> __host__ __device__ constexpr int attn_tile_keys() {
+    constexpr int k = 32768 / (D * int(sizeof(KT)));
+    return k > ATTN_THREADS ? ATTN_THREADS : k;
+}
+template <int D, typename KT> __host__ __device__ constexpr size_t attn_smem_bytes() {
+    return size_t(2) * attn_tile_keys<D, KT>() * D * sizeof(KT);
+}
 
 // Keys per split for a context of n keys over ns launched splits: the splits
 // in use are the first ceil(n / chunk); the rest have nothing to do. Both
@@ -63,16 +75,42 @@ template <> __device__ __forceinline__ void to_floats<float>(const int4& v, floa
     f[3] = __int_as_float(v.w);
 }
 
+// Asynchronous 16-byte global -> shared copies (sm_80+), waited for by group.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Copies rows jt .. jt + nk of one kv head (row stride `stride` elements) into
+// a [TK][D] shared tile, 16 bytes per copy, all threads.
+template <int D, typename KT>
+__device__ __forceinline__ void attn_load_tile(KT* tile, const KT* src, int64_t stride, int jt, int nk) {
+    constexpr int VEC = 16 / sizeof(KT), CPR = D / VEC;  // copies per row
+    for (int c = threadIdx.x; c < nk * CPR; c += ATTN_THREADS) {
+        const int r = c / CPR, col = (c % CPR) * VEC;
+        cp_async16(tile + r * D + col, src + int64_t(jt + r) * stride + col);
+    }
+}
+
 // One block per (kv head, token, split) serves all query heads of the group,
 // so every cached K/V byte is read once per token. GT >= group (compile-time
 // bound of the per-head register arrays); D the head dim.
 //
-// Per tile of up to 128 keys:
+// K and V come in tiles of TK keys through shared memory (cp.async): one tile's
+// loads are all in flight at once, and the next tile's K is loaded during this
+// one's softmax and P V, its V during the next scores, so a block waits on
+// memory about once per tile (the register-staged loads of before waited ~13
+// times per 128 keys: 76 us for 32k keys on an H200, 41% of the bandwidth).
+// Per tile:
 //  - scores: TPK threads share a key, each dotting 4 x 16 bytes of it with the
-//    group's q (a whole row in one round of loads, coalesced), then a shuffle sum;
+//    group's q, then a shuffle sum;
 //  - softmax: thread i takes key i of the tile (online max / sum per head);
-//  - P V: groups of TPR threads read whole V rows; the first rows were loaded
-//    before the scores, so a short context waits on memory about twice in all.
+//  - P V: groups of TPR threads read whole V rows.
 // A split that is the only one in use writes the normalized output; otherwise
 // its partial state (m, l, acc) for attn_combine_kernel.
 template <int D, int GT, typename KT>
@@ -84,14 +122,17 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
     constexpr int KPP = ATTN_THREADS / TPK;  // keys per pass
     constexpr int TPR = D / VEC;          // threads per V row in the PV phase
     constexpr int NG = ATTN_THREADS / TPR;   // V rows in flight per block
-    constexpr int PF = 2;                 // V rows per thread loaded ahead of the scores
+    constexpr int TK = attn_tile_keys<D, KT>();
     constexpr int PS = D + ATTN_PART_HDR;
-    static_assert(TPK >= 1 && TPK <= WARP && WARP % TPK == 0 && ATTN_TILE % (2 * KPP) == 0, "head dim");
+    static_assert(TPK >= 1 && TPK <= WARP && WARP % TPK == 0 && TK % KPP == 0, "head dim");
     static_assert(NG >= 1 && ATTN_THREADS % TPR == 0, "head dim too large for the block");
+    static_assert(GT * D * sizeof(float) <= attn_smem_bytes<D, KT>(), "accs overlays the tiles");
     __shared__ __align__(16) float qs[GT][D];
-    __shared__ float ps[GT][ATTN_TILE];
+    __shared__ float ps[GT][TK];
     __shared__ float red[GT][ATTN_THREADS / WARP];
-    __shared__ float accs[GT][D];
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    KT* ks = reinterpret_cast<KT*>(attn_smem);  // [TK][D]
+    KT* vs = ks + TK * D;                       // [TK][D]
 
     const int g = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
     const int tid = threadIdx.x, lane = tid % WARP, wid = tid / WARP;
@@ -99,24 +140,25 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
     const int n_head = a.n_kv * G;
     const int n = a.pos[t] + 1;
     const int64_t slot = a.slot[t];
-    // q is loaded (and accs cleared) before the split is known to be in use, so
-    // that these loads overlap the one of pos instead of following it.
-    for (int i = tid; i < GT * D; i += ATTN_THREADS) {
-        const int h = i / D, e = i % D;
-        qs[h][e] = h < G ? a.q[int64_t(t) * a.q_t + int64_t(g * G + h) * a.q_h + e] * a.scale : 0.f;
-        accs[h][e] = 0.f;
-    }
     const int ns = a.n_split;
     const int chunk = attn_chunk(n, ns);
     const int nu = (n + chunk - 1) / chunk;
     const int j0 = split * chunk;
     const int j1 = min(n, j0 + chunk);
     if (j0 >= j1) return;  // a split past the context (block-uniform): nothing to write either
-    __syncthreads();
 
     const KT* Kb = static_cast<const KT*>(a.K) + (slot * a.n_ctx * a.n_kv + g) * D;
     const KT* Vb = static_cast<const KT*>(a.V) + (slot * a.n_ctx * a.n_kv + g) * D;
     const int64_t row_stride = int64_t(a.n_kv) * D;
+    // the first tile's loads go out before q is staged
+    attn_load_tile<D, KT>(ks, Kb, row_stride, j0, min(TK, j1 - j0));
+    cp_async_commit();
+    attn_load_tile<D, KT>(vs, Vb, row_stride, j0, min(TK, j1 - j0));
+    cp_async_commit();
+    for (int i = tid; i < GT * D; i += ATTN_THREADS) {
+        const int h = i / D, e = i % D;
+        qs[h][e] = h < G ? a.q[int64_t(t) * a.q_t + int64_t(g * G + h) * a.q_h + e] * a.scale : 0.f;
+    }
 
     float m[GT], l[GT], acc[GT][VEC];
 #pragma unroll
@@ -129,58 +171,47 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
     const int kk = tid / TPK, kr = tid % TPK;  // score phase: key kk of a pass, quarter kr of it
     const int vg = tid / TPR, vc = tid % TPR;  // PV phase: row group, 16-byte column
 
-    for (int jt = j0; jt < j1; jt += ATTN_TILE) {
-        const int nk = min(ATTN_TILE, j1 - jt);  // keys in this tile
-        int4 vpre[PF];
-#pragma unroll
-        for (int u = 0; u < PF; ++u)
-            if (vg + u * NG < nk) vpre[u] = ld16(Vb + int64_t(jt + vg + u * NG) * row_stride + vc * VEC);
+    for (int jt = j0; jt < j1; jt += TK) {
+        const int nk = min(TK, j1 - jt);  // keys in this tile
+        const int jn = jt + TK, nn = min(TK, j1 - jn);  // the next tile (nn <= 0: none)
+        cp_async_wait<1>();  // this tile's K (its V may still be in flight)
+        __syncthreads();
 
-        // scores -> ps, two passes of KPP keys per round of loads
-        for (int p0 = 0; p0 < nk; p0 += 2 * KPP) {
-            int4 kraw[2][KL];
+        // scores -> ps
+        for (int p0 = 0; p0 < nk; p0 += KPP) {
+            const int jl = p0 + kk;
+            float s[GT];
 #pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const int jl = p0 + u * KPP + kk;
-                if (jl < nk) {
-                    const KT* row = Kb + int64_t(jt + jl) * row_stride;
+            for (int h = 0; h < GT; ++h) s[h] = 0.f;
+            if (jl < nk) {
+                const KT* row = ks + jl * D;
 #pragma unroll
-                    for (int i = 0; i < KL; ++i) kraw[u][i] = ld16(row + (i * TPK + kr) * VEC);
-                }
-            }
+                for (int i = 0; i < KL; ++i) {
+                    float kf[VEC];
+                    const int e0 = (i * TPK + kr) * VEC;
+                    to_floats<KT>(*reinterpret_cast<const int4*>(row + e0), kf);
 #pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const int jl = p0 + u * KPP + kk;
-                float s[GT];
+                    for (int h = 0; h < GT; ++h) {
+                        if (h < G) {
 #pragma unroll
-                for (int h = 0; h < GT; ++h) s[h] = 0.f;
-                if (jl < nk) {
-#pragma unroll
-                    for (int i = 0; i < KL; ++i) {
-                        float kf[VEC];
-                        to_floats<KT>(kraw[u][i], kf);
-                        const int e0 = (i * TPK + kr) * VEC;
-#pragma unroll
-                        for (int h = 0; h < GT; ++h) {
-                            if (h < G) {
-#pragma unroll
-                                for (int v = 0; v < VEC; ++v) s[h] = fmaf(qs[h][e0 + v], kf[v], s[h]);
-                            }
+                            for (int v = 0; v < VEC; ++v) s[h] = fmaf(qs[h][e0 + v], kf[v], s[h]);
                         }
                     }
                 }
+            }
 #pragma unroll
-                for (int h = 0; h < GT; ++h) {
+            for (int h = 0; h < GT; ++h) {
 #pragma unroll
-                    for (int o = TPK / 2; o > 0; o >>= 1) s[h] += __shfl_xor_sync(0xffffffffu, s[h], o);
-                }
-                if (kr == 0 && jl < nk) {
+                for (int o = TPK / 2; o > 0; o >>= 1) s[h] += __shfl_xor_sync(0xffffffffu, s[h], o);
+            }
+            if (kr == 0 && jl < nk) {
 #pragma unroll
-                    for (int h = 0; h < GT; ++h) ps[h][jl] = s[h];
-                }
+                for (int h = 0; h < GT; ++h) ps[h][jl] = s[h];
             }
         }
-        __syncthreads();
+        __syncthreads();  // ps complete, ks free
+        if (nn > 0) attn_load_tile<D, KT>(ks, Kb, row_stride, jn, nn);
+        cp_async_commit();  // (an empty group when there is no next tile)
 
         // online softmax over the tile, per head (thread tid: key tid)
         const bool valid = tid < nk;
@@ -209,10 +240,11 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
         float ts[GT];
 #pragma unroll
         for (int h = 0; h < GT; ++h) {
-            ps[h][tid] = s[h];
+            if (valid) ps[h][tid] = s[h];
             ts[h] = warp_sum(s[h]);
             if (lane == 0) red[h][wid] = ts[h];
         }
+        cp_async_wait<1>();  // this tile's V (the next K may still be in flight)
         __syncthreads();
 #pragma unroll
         for (int h = 0; h < GT; ++h) {
@@ -225,24 +257,10 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
         }
 
         // P V: group vg takes keys vg, vg + NG, ... of the tile, columns vc*VEC..
-#pragma unroll
-        for (int u = 0; u < PF; ++u) {
-            const int jj = vg + u * NG;
-            if (jj < nk) {
-                float vf[VEC];
-                to_floats<KT>(vpre[u], vf);
-#pragma unroll
-                for (int h = 0; h < GT; ++h) {
-                    const float p = ps[h][jj];
-#pragma unroll
-                    for (int v = 0; v < VEC; ++v) acc[h][v] = fmaf(p, vf[v], acc[h][v]);
-                }
-            }
-        }
 #pragma unroll 4
-        for (int jj = vg + PF * NG; jj < nk; jj += NG) {
+        for (int jj = vg; jj < nk; jj += NG) {
             float vf[VEC];
-            to_floats<KT>(ld16(Vb + int64_t(jt + jj) * row_stride + vc * VEC), vf);
+            to_floats<KT>(*reinterpret_cast<const int4*>(vs + jj * D + vc * VEC), vf);
 #pragma unroll
             for (int h = 0; h < GT; ++h) {
                 const float p = ps[h][jj];
@@ -250,12 +268,19 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
                 for (int v = 0; v < VEC; ++v) acc[h][v] = fmaf(p, vf[v], acc[h][v]);
             }
         }
-        __syncthreads();  // ps and red are rewritten by the next tile
+        __syncthreads();  // ps, red and vs are rewritten by the next tile
+        if (nn > 0) attn_load_tile<D, KT>(vs, Vb, row_stride, jn, nn);
+        cp_async_commit();
     }
+    cp_async_wait<0>();  // (only empty groups are left)
 
     // merge the NG row groups, in group order: the result must not depend on
     // which warps arrive first (shared-memory atomics summed in arrival order,
-    // so the same step could round differently from run to run)
+    // so the same step could round differently from run to run). accs overlays
+    // the tiles, which are no longer read.
+    float (*accs)[D] = reinterpret_cast<float (*)[D]>(attn_smem);
+    for (int i = tid; i < GT * D; i += ATTN_THREADS) accs[i / D][i % D] = 0.f;
+    __syncthreads();
 #pragma unroll
     for (int grp = 0; grp < NG; ++grp) {
         if (vg == grp) {

@@ -510,17 +510,20 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
     const float* xp = static_cast<const float*>(x.data);
     const int64_t ldy = int64_t(y.nb[1] / 4);
     const bool half = w.type == GgmlType::F16 || w.type == GgmlType::BF16 || w.type == GgmlType::F32;
-    // Quantized weights above kVecMaxT tokens: the int8 tensor-core kernels
-    // (mma), whose results equal the decode matvec's bit for bit, so a token's
-    // logits do not depend on how its prompt was chunked or batched (greedy
-    // output under server load is reproducible). QINFER_CUDA_PREFILL=f16
-    // dequantizes to f16 for cuBLAS instead: 1.5x faster at T = 512 on an H200
-    // but batch-dependent rounding (bench/results/cuda-h200.md). =vec, =mma
-    // force those kernels.
+    // Quantized weights: up to kVecMaxT tokens the matvec kernel; decode batches
+    // (up to kF16MinT tokens) the int8 tensor-core kernels (mma), whose rows equal
+    // the matvec's; prompt steps of kF16MinT tokens or more dequantize the weight
+    // to f16 for cuBLAS with f16 activations: 1.5x faster at T = 512 on an H200,
+    // at the price of rounding that depends on the step's size (a prompt's
+    // logits differ slightly with its chunking; bench/results/cuda-h200.md).
+    // Products with few output rows (DeltaNet's alpha / beta, 32 rows) stay on
+    // mma: dequantizing is most of their cost. QINFER_CUDA_PREFILL=vec|mma|f16
+    // forces one path for every product above kVecMaxT tokens (=mma: the
+    // batch-independent rounding everywhere).
     const char* prefill = std::getenv("QINFER_CUDA_PREFILL");
-    constexpr int64_t kVecMaxT = 8;
+    constexpr int64_t kVecMaxT = 8, kF16MinT = 128, kF16MinN = 256;
     const bool forced = prefill && *prefill;
-    const bool f16_prefill = forced && std::strcmp(prefill, "f16") == 0;
+    const bool f16_prefill = forced ? std::strcmp(prefill, "f16") == 0 : T >= kF16MinT && N >= kF16MinN;
     // (scratch growth may flush the queue: signatures are added after it)
     if (T > kVecMaxT && (half || f16_prefill)) {
         // cuBLAS. F32 / F16 / BF16 weights: f32 products of the exact weights and
@@ -744,14 +747,16 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     const int32_t* slot = static_cast<const int32_t*>(step.slot_t.data);
     const Rows qr = rows_of(q, "attention"), kr = rows_of(k, "attention"), vr = rows_of(v, "attention");
     const int max_len = step.max_segment_len();
+    const cuda::Segment* seg = static_cast<const cuda::Segment*>(step.seg_t.data);
+    const int n_seg = int(step.segments.size());
     const size_t wb = cuda::attention_work_bytes(T, n_head, d, kv.n_ctx, max_len);
     void* work = wb ? scratch(attn_work_, wb, "attention") : nullptr;
     float* op = static_cast<float*>(out.data);
     sig(uint32_t(12), qr, kr, vr, kv.k, kv.v, kv.f16, d, n_kv, kv.n_ctx, kv.n_slots, pos, slot, T, scale, op, work,
-        max_len);
+        max_len, seg, n_seg);
     enqueue([=, s = stream_] {
         cuda::kv_store(kr, vr, kv, pos, slot, T, s);
-        cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s);
+        cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s, seg, n_seg);
     });
     wrote(cache.k);
     wrote(cache.v);

@@ -206,8 +206,10 @@ size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ct
 // Steps of up to t tokens may take the split kernel (default 64; 0: back to the
 // default / QINFER_CUDA_ATTN_SPLIT_T). For tests and A/B runs.
 void set_attention_split_max_tokens(int t);
+// With the step's segments (device array, n_seg of them), prompt steps take
+// attention_prefill (below) where it applies.
 void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale,
-               float* out, void* work, int max_seg_len, cudaStream_t s);
+               float* out, void* work, int max_seg_len, cudaStream_t s, const Segment* seg = nullptr, int n_seg = 0);
 // The same attention for prompt steps on the tensor cores (attention_prefill.cu):
 // tokens given as segments (device array of n_seg, contiguous runs of one
 // sequence in batch order; token first + i at position pos0 + i of slot). Q and
