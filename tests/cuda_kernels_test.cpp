@@ -244,11 +244,10 @@ INSTANTIATE_TEST_SUITE_P(Types, CudaMatmul,
 TEST(CudaMatmul, PromptStepsOnF16MatchF64Product) {
     REQUIRE_GPU();
     auto be = make_cuda_backend(0);
-    const int64_t N = 300, T = 130;
-    for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
-                        GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const int64_t T = 130;
+    auto check = [&](GgmlType wt, int64_t N, const char* what) {
         const int64_t K = traits(wt).block_size == 256 ? 768 : 96;
-        const std::vector<float> wf = random_floats(size_t(N * K), uint32_t(17 + K), 0.5f);
+        const std::vector<float> wf = random_floats(size_t(N * K), uint32_t(17 + K + N), 0.5f);
         const size_t rb = row_bytes(wt, K);
         std::vector<uint8_t> wq(rb * size_t(N));
         for (int64_t n = 0; n < N; ++n) quantize_row(wt, &wf[size_t(n * K)], &wq[rb * size_t(n)], K);
@@ -270,13 +269,23 @@ TEST(CudaMatmul, PromptStepsOnF16MatchF64Product) {
                     mag += std::fabs(p);
                 }
                 const float g = got[size_t(t * N + n)];
-                ASSERT_TRUE(std::isfinite(g)) << type_name(wt) << " t=" << t << " n=" << n;
-                ASSERT_NEAR(g, ref, 1.2e-3 * mag + 1e-6) << type_name(wt) << " K=" << K << " t=" << t << " n=" << n;
+                ASSERT_TRUE(std::isfinite(g)) << type_name(wt) << " " << what << " t=" << t << " n=" << n;
+                ASSERT_NEAR(g, ref, 1.2e-3 * mag + 1e-6)
+                    << type_name(wt) << " " << what << " K=" << K << " t=" << t << " n=" << n;
             }
         Tensor xx = x;
         be->free(xx);
         be->free(y);
-    }
+    };
+    for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                        GgmlType::Q5_K, GgmlType::Q6_K})
+        check(wt, 300, "one chunk");
+    // Weights above the f16 scratch go in row chunks: 256 KB holds 170 rows of
+    // 768, so 300 rows take two GEMMs (170 + 130) into the same output.
+    set_env("QINFER_CUDA_F16_CHUNK_KB", "256");
+    check(GgmlType::Q4_K, 300, "two chunks");
+    check(GgmlType::Q6_K, 300, "two chunks");
+    unset_env("QINFER_CUDA_F16_CHUNK_KB");
 }
 
 TEST(CudaMatmul, BiasAndBatchedEqualsTokenByToken) {

@@ -308,3 +308,25 @@ TEST(PlanPlanner, PromptOffloadBuffers) {
     EXPECT_LE(recommend_gpu_layers(off_plan, vram, default_safety_margin(vram)),
               recommend_gpu_layers(plain, vram, default_safety_margin(vram)));
 }
+
+// Prompt steps of 128+ tokens on the GPU dequantize each quantized weight to an
+// f16 scratch for cuBLAS (at most 64 MiB, in row chunks beyond) and copy the
+// input to f16: for the 4B shape the largest weight is ffn 2560 x 9216 (47.2 MB)
+// and the widest input 9216 elements. Counted in the GPU workspace at -b 512,
+// not at -b 64 (never that path), and not on the host.
+TEST(PlanPlanner, F16PrefillScratch) {
+    const ModelDesc d = preset_model("qwen35-4b-q4_k_m");
+    PlanOptions o;
+    o.n_batch = 512;
+    const MemoryPlan p = plan_memory(d, o);
+    const uint64_t weight = o.compute.gpu_alloc(2ull * 2560 * 9216), input = o.compute.gpu_alloc(2ull * 9216 * 512);
+    EXPECT_EQ(p.f16_prefill_bytes, weight + input);
+    PlanOptions small = o;
+    small.n_batch = 64;
+    const MemoryPlan q = plan_memory(d, small);
+    EXPECT_EQ(q.f16_prefill_bytes, 0u);
+    const Split a = p.split(33), b = q.split(33);
+    EXPECT_EQ(a.host.workspace, 0u);
+    EXPECT_GE(a.gpu.workspace - b.gpu.workspace, p.f16_prefill_bytes);
+    EXPECT_EQ(p.split(0).gpu.workspace, 0u);  // nothing on the GPU
+}

@@ -101,6 +101,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const PlanOptions& opt) {
         else l.kv_bytes_per_token = ss.kv_bytes_per_token_layer;
     }
     bool have_embd = false;
+    uint64_t f16_weight = 0, f16_input_k = 0;  // largest f16 weight chunk, widest K on that path
     for (const TensorEntry& t : model.tensors) {
         const int64_t il = tensor_layer(t.name);
         if (il >= 0 && il < hp.n_layer) {
@@ -108,6 +109,12 @@ MemoryPlan plan_memory(const ModelDesc& model, const PlanOptions& opt) {
             l.weight_bytes += t.nbytes;
             l.weight_padding += opt.compute.gpu_alloc(t.nbytes) - t.nbytes;
             if (t.ne[1] > 1) l.widest_input = std::max(l.widest_input, t.ne[0]);
+            if (is_quantized(t.type) && t.ne[1] >= 256 && t.ne[2] == 1) {  // as the CUDA matmul's f16 path
+                const uint64_t K = uint64_t(t.ne[0]);
+                const uint64_t rows = std::min<uint64_t>(uint64_t(t.ne[1]), std::max<uint64_t>(1, (64 * kMiB) / (2 * K)));
+                f16_weight = std::max(f16_weight, 2 * rows * K);
+                f16_input_k = std::max(f16_input_k, K);
+            }
         } else if (t.name == "token_embd.weight") {
             p.token_embd_bytes = t.nbytes;
             p.head_padding += opt.compute.gpu_alloc(t.nbytes) - t.nbytes;
@@ -141,6 +148,9 @@ MemoryPlan plan_memory(const ModelDesc& model, const PlanOptions& opt) {
     int64_t widest = hp.n_embd;
     for (const LayerPlan& l : p.layers) widest = std::max(widest, l.widest_input);
     p.act_scratch_bytes = cm.act_scratch ? 2 * cm.gpu_alloc(2 * uint64_t(widest) * B) : 0;
+    const auto scratch_alloc = [&](uint64_t b) { return cm.gpu_alloc((b + 255) & ~uint64_t(255)); };
+    if (cm.f16_prefill_min_batch > 0 && int64_t(B) >= cm.f16_prefill_min_batch && f16_weight > 0)
+        p.f16_prefill_bytes = scratch_alloc(f16_weight) + scratch_alloc(2 * f16_input_k * B);
     return p;
 }
 
@@ -149,11 +159,11 @@ MemoryPlan plan_memory(const gguf::File& f, const HParams& hp, const PlanOptions
 }
 
 // Decode attention (steps of up to 64 tokens, at most 4 per sequence) is split
-// into one key range per 256 positions of the cache (at most 128), each leaving
+// into one key range per 64 positions of the cache (at most 128), each leaving
 // (d + 4) floats per head and token (cuda attention_work_bytes); 0 with one range.
 uint64_t MemoryPlan::attention_split_bytes_at(int64_t n_ctx) const {
     const uint64_t tokens = uint64_t(std::clamp(std::min(opt.n_batch, 4 * opt.n_slots), 1, 64));
-    const uint64_t splits = uint64_t(std::clamp<int64_t>((n_ctx + 255) / 256, 1, 128));
+    const uint64_t splits = uint64_t(std::clamp<int64_t>((n_ctx + 63) / 64, 1, 128));
     if (splits == 1) return 0;
     return opt.compute.gpu_alloc(4 * tokens * uint64_t(hp.n_head) * splits * uint64_t(hp.head_dim + 4));
 }
@@ -231,7 +241,8 @@ Split MemoryPlan::split(int gpu_layers, int64_t n_ctx) const {
                          (rec[g] ? scratch_deltanet_padding : 0);
     }
     if (s.gpu_layers > 0 || offload) {
-        s.gpu.workspace = cm.cublas_bytes + (attn[1] ? attention_split_bytes_at(n_ctx) : 0) + act_scratch_bytes;
+        s.gpu.workspace =
+            cm.cublas_bytes + (attn[1] ? attention_split_bytes_at(n_ctx) : 0) + act_scratch_bytes + f16_prefill_bytes;
         s.gpu.runtime = cm.cuda_context_bytes;
         s.host.runtime = cm.host_staging_bytes;
     }

@@ -55,6 +55,11 @@ struct ComputeModel {
     // 1.14-1.25 B/elem) or f16 copy of the widest [K, n_batch] input; bounded
     // by 2 buffers x 2 bytes x K x n_batch.
     bool act_scratch = true;
+    // Prompt steps of f16_prefill_min_batch+ tokens multiply quantized weights of
+    // 256+ rows as f16 on cuBLAS (CUDA backend matmul): a weight scratch of at
+    // most 64 MiB (larger weights go in row chunks) and an f16 copy of the
+    // [K, n_batch] input. 0: never (a batch below it, or the path forced off).
+    int64_t f16_prefill_min_batch = 128;
     // Pinned host buffers for weight uploads (3 x 32 MiB in the CUDA backend).
     uint64_t host_staging_bytes = 96 * kMiB;
     // cudaMalloc rounds an allocation above 1 MiB up to a multiple of 2 MiB
@@ -138,6 +143,7 @@ struct MemoryPlan {
     uint64_t scratch_base_padding = 0, scratch_attention_padding = 0, scratch_deltanet_padding = 0;
     uint64_t head_padding = 0;             // token_embd, output, output_norm and head buffers
     uint64_t act_scratch_bytes = 0;        // GPU matmul input scratch (both buffers, allocated size)
+    uint64_t f16_prefill_bytes = 0;        // GPU f16 weight chunk + f16 input for prompt steps (allocated)
 
     uint64_t layer_weight_bytes() const;   // sum over main layers
     uint64_t weight_bytes() const;         // everything the engine loads

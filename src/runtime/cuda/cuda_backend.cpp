@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "runtime/cuda/cuda_check.h"
@@ -521,7 +522,10 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
     // forces one path for every product above kVecMaxT tokens (=mma: the
     // batch-independent rounding everywhere).
     const char* prefill = std::getenv("QINFER_CUDA_PREFILL");
+    // (kF16MinT, kF16MinN and the 64 MiB weight chunk are mirrored in src/plan/planner.h;
+    // QINFER_CUDA_F16_CHUNK_KB lowers the chunk for tests)
     constexpr int64_t kVecMaxT = 8, kF16MinT = 128, kF16MinN = 256;
+    const int64_t kF16WeightChunkBytes = int64_t(env_int("QINFER_CUDA_F16_CHUNK_KB", 16, 65536, 65536)) << 10;
     const bool forced = prefill && *prefill;
     const bool f16_prefill = forced ? std::strcmp(prefill, "f16") == 0 : T >= kF16MinT && N >= kF16MinN;
     // (scratch growth may flush the queue: signatures are added after it)
@@ -531,12 +535,17 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
         // widened to f32 in row chunks, then SGEMM. Quantized weights: dequantized
         // to f16 and multiplied with f16 activations (f32 accumulation): other
         // rounding than the CPU's 8-bit activations, closer to the f32 product.
+        // Weights go through a scratch of at most 64 MiB (kF16WeightChunkBytes,
+        // mirrored by the memory planner), in row chunks when larger.
         cublasHandle_t h = static_cast<cublasHandle_t>(cublas_);
-        const int64_t chunk = w.type == GgmlType::F32 ? N : std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(64) << 20) / (4 * K)));
+        const int64_t elem = half ? 4 : 2;
+        const int64_t chunk = w.type == GgmlType::F32
+                                  ? N
+                                  : std::max<int64_t>(1, std::min<int64_t>(N, kF16WeightChunkBytes / (elem * K)));
         void* hw = nullptr;
         void* hx = nullptr;
         if (!half) {
-            hw = scratch(half_w_, size_t(N * K) * 2, "f16 weight");
+            hw = scratch(half_w_, size_t(chunk * K) * 2, "f16 weight");
             hx = scratch(half_x_, size_t(T * K) * 2, "f16 activation");
         } else if (w.type != GgmlType::F32) {
             hw = scratch(half_w_, size_t(chunk * K) * 4, "f32 weight chunk");
@@ -560,11 +569,14 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
                                                     int(K), xp, int(K), &zero, yp + n0, int(ldy)));
                 }
             } else {
-                cuda::dequant_f16(dw, hw, st);
                 cuda::convert_rows(xp, K, K, T, GgmlType::F16, hx, st);
-                QINFER_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(T), int(K), &one, hw,
-                                                 CUDA_R_16F, int(K), hx, CUDA_R_16F, int(K), &zero, yp, CUDA_R_32F,
-                                                 int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+                    const int64_t nc = std::min(chunk, N - n0);
+                    cuda::dequant_f16(dw, n0, nc, hw, st);
+                    QINFER_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(nc), int(T), int(K), &one, hw,
+                                                     CUDA_R_16F, int(K), hx, CUDA_R_16F, int(K), &zero, yp + n0,
+                                                     CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                }
             }
             if (b) {
                 Rows yr;

@@ -117,8 +117,8 @@ bool matmul_hmma(const DeviceWeight& w, const ActQ& act, int64_t T, float* y, in
 
 // out[t][0..K) = dequantize(row ids[t] of w) as f32 (row stride ldo floats).
 void get_rows(const DeviceWeight& w, const int32_t* ids, int64_t T, float* out, int64_t ldo, cudaStream_t s);
-// Whole-matrix dequantization to f16 (for the cuBLAS prefill path): out [N][K].
-void dequant_f16(const DeviceWeight& w, void* out, cudaStream_t s);
+// Rows [row0, row0 + n) dequantized to f16 (for the cuBLAS prefill path): out [n][K].
+void dequant_f16(const DeviceWeight& w, int64_t row0, int64_t n, void* out, cudaStream_t s);
 // Rows [row0, row0 + n) dequantized to f32: out [n][K].
 void dequant_f32(const DeviceWeight& w, int64_t row0, int64_t n, float* out, cudaStream_t s);
 // f32 -> f16 / bf16 rows (x row stride ldx, out contiguous [T][K]).

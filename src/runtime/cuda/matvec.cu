@@ -647,20 +647,21 @@ __global__ void get_rows_kernel(WArgs w, int64_t K, const int32_t* __restrict__ 
 }
 
 template <GgmlType TY>
-__global__ void dequant_f16_kernel(WArgs w, int64_t n, __half* __restrict__ out) {
+__global__ void dequant_f16_kernel(WArgs w, int64_t base, int64_t n, __half* __restrict__ out) {
     constexpr int BS = TY == GgmlType::F32 || TY == GgmlType::F16 || TY == GgmlType::BF16 ? 1
                        : (TY == GgmlType::Q4_K || TY == GgmlType::Q5_K || TY == GgmlType::Q6_K) ? 256 : 32;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-        out[i] = __float2half_rn(dequant_elem<TY>(w, i / BS, int(i % BS)));
+        out[i] = __float2half_rn(dequant_elem<TY>(w, (base + i) / BS, int((base + i) % BS)));
 }
 
 // Eight consecutive elements (one 16-byte store) per thread: a quantized block
-// is 32 or 256 elements, so the eight share a block and its scales.
+// is 32 or 256 elements, so the eight share a block and its scales. `base`
+// (the first element) is a multiple of the block size.
 template <GgmlType TY>
-__global__ void dequant_f16x8_kernel(WArgs w, int64_t n8, int4* __restrict__ out) {
+__global__ void dequant_f16x8_kernel(WArgs w, int64_t base, int64_t n8, int4* __restrict__ out) {
     constexpr int BS = (TY == GgmlType::Q4_K || TY == GgmlType::Q5_K || TY == GgmlType::Q6_K) ? 256 : 32;
     for (int64_t i8 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i8 < n8; i8 += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t blk = i8 * 8 / BS;
+        const int64_t blk = (base + i8 * 8) / BS;
         const int j = int(i8 * 8 % BS);
         union {
             __half2 h[4];
@@ -707,16 +708,16 @@ template <GgmlType TY> struct GetRows {
     }
 };
 template <GgmlType TY> struct DequantF16 {
-    static void run(const DeviceWeight& w, __half* out, cudaStream_t s) {
-        const int64_t n = w.K * w.N;
+    static void run(const DeviceWeight& w, int64_t row0, int64_t rows, __half* out, cudaStream_t s) {
+        const int64_t n = w.K * rows, base = w.K * row0;
         constexpr bool blocked = TY != GgmlType::F32 && TY != GgmlType::F16 && TY != GgmlType::BF16;
         if constexpr (blocked) {  // K is a multiple of the block size
             const int blocks = int(ceil_div(n / 8, 256) < 65536 ? ceil_div(n / 8, 256) : 65536);
-            dequant_f16x8_kernel<TY><<<blocks, 256, 0, s>>>(wargs(w), n / 8, reinterpret_cast<int4*>(out));
+            dequant_f16x8_kernel<TY><<<blocks, 256, 0, s>>>(wargs(w), base, n / 8, reinterpret_cast<int4*>(out));
             return;
         }
         const int blocks = int(ceil_div(n, 256) < 65536 ? ceil_div(n, 256) : 65536);
-        dequant_f16_kernel<TY><<<blocks, 256, 0, s>>>(wargs(w), n, out);
+        dequant_f16_kernel<TY><<<blocks, 256, 0, s>>>(wargs(w), base, n, out);
     }
 };
 
@@ -742,8 +743,9 @@ void get_rows(const DeviceWeight& w, const int32_t* ids, int64_t T, float* out, 
     QINFER_CUDA_LAUNCHED("get_rows");
 }
 
-void dequant_f16(const DeviceWeight& w, void* out, cudaStream_t s) {
-    by_type<DequantF16>(w.type, w, static_cast<__half*>(out), s);
+void dequant_f16(const DeviceWeight& w, int64_t row0, int64_t n, void* out, cudaStream_t s) {
+    if (n <= 0) return;
+    by_type<DequantF16>(w.type, w, row0, n, static_cast<__half*>(out), s);
     QINFER_CUDA_LAUNCHED("dequant_f16");
 }
 
