@@ -147,6 +147,27 @@ INSTANTIATE_TEST_SUITE_P(Reference, CudaModel,
 // GPU, the rest and the head on the CPU, and the other way round. The models
 // whose full-offload logits agree with the CPU to ~1e-6 at this prompt must
 // agree as closely split (the hidden state crosses the boundary as f32).
+// Without a batch size, Model::load processes prompts in steps of 2048 tokens
+// when every layer, the embedding and the head are on the GPU (-ngl all or
+// auto choosing all), in steps of 512 otherwise.
+TEST(CudaModelBatch, AutoBatchFollowsThePlacement) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const std::string path = test::reference_path("tiny-qwen35.q8_0.gguf");
+    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    const HParams hp = HParams::from_gguf(*gguf::File::open(path));
+    ModelOptions opt = options(256);
+    opt.n_batch = kBatchAuto;
+    opt.op_offload_min_batch = 0;
+    opt.gpu_layers = int(hp.n_layer) + 1;
+    EXPECT_EQ(Model::load(path, opt)->options().n_batch, kBatchFullGpu);
+    opt.gpu_layers = kGpuLayersAuto;  // a tiny model fits whole on any GPU
+    EXPECT_EQ(Model::load(path, opt)->options().n_batch, kBatchFullGpu);
+    opt.gpu_layers = int(hp.n_layer);  // the head stays on the CPU
+    EXPECT_EQ(Model::load(path, opt)->options().n_batch, kBatchDefault);
+    opt.gpu_layers = 0;
+    EXPECT_EQ(Model::load(path, opt)->options().n_batch, kBatchDefault);
+}
+
 class CudaSplit : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaSplit, HalfTheLayersOnTheGpuMatchesCpu) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "model/model.h"
 #include "qinfer/engine.h"
 #include "testutil.h"
 
@@ -144,4 +145,24 @@ TEST_F(EngineTest, InfoAndDefaults) {
     EXPECT_FLOAT_EQ(p.top_p, 0.95f);
     EXPECT_FLOAT_EQ(p.min_p, 0.05f);
     EXPECT_FLOAT_EQ(p.repeat_penalty, 1.0f);
+    // The prompt batch, not given: 512 with layers on the CPU (2048 only when
+    // the whole model is on the GPU; engine options default to gpu_layers 0).
+    EXPECT_EQ(engine_->model().options().n_batch, 512);
+}
+
+TEST(EngineOptionsBatch, ExplicitKeptNegativeRefused) {
+    const std::string path = test::reference_path("tiny-qwen35.f16.gguf");
+    if (!fs::exists(path)) GTEST_SKIP() << "reference model missing: " << path;
+    EngineOptions o;
+    o.n_ctx = 64;
+    o.n_threads = 1;
+    o.n_batch = 48;
+    EXPECT_EQ(Engine::load(path, o)->model().options().n_batch, 48);
+    o.n_batch = -1;
+    try {
+        Engine::load(path, o);
+        ADD_FAILURE() << "a negative batch size loaded";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("batch size"), std::string::npos) << e.what();
+    }
 }

@@ -32,7 +32,7 @@ class ChatTemplate;
 
 struct EngineOptions {
     int n_ctx = 0;           // tokens of context per slot; 0 = min(training context, 4096)
-    int n_batch = 512;       // max tokens per forward call (prompt chunks)
+    int n_batch = 0;         // max tokens per forward call (prompt chunks); 0 = 2048 with the whole model on the GPU, else 512
     int n_slots = 1;         // parallel sequences the model allocates state for
     int n_threads = 0;       // CPU threads; 0 = physical cores
     int gpu_layers = 0;      // layers on the GPU (> n_layer: all, head too); -1 = auto (as many as fit)

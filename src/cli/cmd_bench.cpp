@@ -325,7 +325,7 @@ void print_csv(const std::vector<Row>& rows) {
 int cmd_bench(int argc, char** argv) {
     CLI::App app{"Prompt processing / generation throughput (llama-bench layout)", "qinfer bench"};
     std::string model_path, p_str = "512", n_str = "128", t_str, ngl_str = "0", d_str = "0", np_str = "1", out = "md";
-    int reps = 5, n_batch = 512, op_offload_min_batch = kOpOffloadMinBatch;
+    int reps = 5, n_batch = 0, op_offload_min_batch = kOpOffloadMinBatch;
     std::string kv_type = "f16";
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
     app.add_option("-p,--n-prompt", p_str, "prompt lengths (comma list; 0 = skip pp)");
@@ -335,7 +335,9 @@ int cmd_bench(int argc, char** argv) {
     app.add_option("-d,--depth", d_str, "tokens already in the context (comma list)");
     app.add_option("--parallel", np_str, "sequences decoding together (-np; comma list): batched tg tests");
     app.add_option("-r,--repetitions", reps, "measured repetitions per test")->check(CLI::Range(1, 1000));
-    app.add_option("-b,--batch-size", n_batch, "max tokens per forward pass")->check(CLI::Range(1, 65536));
+    app.add_option("-b,--batch-size", n_batch,
+                   "max tokens per forward pass (default: 2048 with the whole model on the GPU, else 512, as run)")
+        ->check(CLI::Range(1, 65536));
     add_op_offload_flags(app, op_offload_min_batch);
     app.add_option("--kv-type,--cache-type-k", kv_type, "KV cache type (-ctk): f16 or f32")
         ->check(CLI::IsMember({"f16", "f32"}));
@@ -416,16 +418,16 @@ int cmd_bench(int argc, char** argv) {
                 r.size = human_size(info.file_bytes);
                 r.params = human_params(info.n_params);
                 r.backend = !on_cpu ? "CUDA" : model.offloads_prompts() ? "CPU+GPU prompts" : "CPU";
-                r.placement = info.backend;
+                r.placement = info.backend + strfmt(", batch %d", model.options().n_batch);
                 r.decode_bytes = decode_bytes;
                 r.mem_bw_gbs = on_cpu && r.is_tg() ? bandwidth[threads] : 0.0;
                 r.threads = threads;
                 r.ngl = ngl;
                 r.file_bytes = info.file_bytes;
                 r.n_params = info.n_params;
-                run_once(model, rng, n_vocab, r, n_batch);  // warm-up
+                run_once(model, rng, n_vocab, r, model.options().n_batch);  // warm-up
                 for (int i = 0; i < reps; i++) {
-                    auto [tps, ttft] = run_once(model, rng, n_vocab, r, n_batch);
+                    auto [tps, ttft] = run_once(model, rng, n_vocab, r, model.options().n_batch);
                     r.tps.push_back(tps);
                     if (r.n_prompt > 0) r.ttft_ms.push_back(ttft);
                 }

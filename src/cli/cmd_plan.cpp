@@ -87,7 +87,7 @@ int cmd_plan(int argc, char** argv) {
     m->excludes(ap);
     app.add_option("-c,--ctx-size", n_ctx, "context per slot in tokens (default 4096)");
     app.add_option("--parallel", n_slots, "-np: parallel sequences (slots), each with its own context (default 1)");
-    app.add_option("-b,--batch-size", n_batch, "max tokens per forward call (default 512)");
+    app.add_option("-b,--batch-size", n_batch, "max tokens per forward call (default 512; run and serve take 2048 when every layer, the embedding and the head fit on the GPU with it)");
     app.add_option("--kv-type", kv_type, "KV cache type: f16 (default), f32, q8_0");
     auto* vr = app.add_option("--vram", vram_s, "GPU memory to plan for, e.g. 8GiB, 12G, 24000MB (0: no GPU)");
     auto* gp = app.add_option("--gpu", gpu_s, "GPU by name (see --list-presets) or 'auto' (free memory of CUDA device 0)");

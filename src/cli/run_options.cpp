@@ -43,7 +43,10 @@ void add_op_offload_flags(CLI::App& app, int& min_batch) {
 void ModelFlags::add(CLI::App& app) {
     app.add_option("-m,--model", model, "GGUF model file")->required();
     app.add_option("-c,--ctx-size", n_ctx, "context size in tokens (0 = from the model, at most 4096)");
-    app.add_option("-b,--batch-size", n_batch, "max tokens per forward pass while processing the prompt");
+    app.add_option("-b,--batch-size", n_batch,
+                   "max tokens per forward pass while processing the prompt (default: 2048 with the whole model "
+                   "on the GPU, else 512)")
+        ->check(CLI::Range(1, 65536));
     app.add_option("-t,--threads", n_threads, "CPU threads (0 = physical cores)");
     app.add_option("--gpu-layers,--n-gpu-layers", gpu_layers,
                    "layers on the GPU (-ngl): N (the last N layers), all, or auto (as many as fit; default)");

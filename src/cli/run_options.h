@@ -22,7 +22,7 @@ void add_op_offload_flags(CLI::App& app, int& min_batch);
 struct ModelFlags {
     std::string model;
     int n_ctx = 0;
-    int n_batch = 512;
+    int n_batch = 0;  // 0: 2048 with the whole model on the GPU, else 512
     int n_threads = 0;
     std::string gpu_layers = "auto";  // N, "all" or "auto"
     std::string vram_limit;           // e.g. "8GiB"

@@ -105,7 +105,8 @@ std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOption
     auto impl = std::make_unique<Impl>();
     impl->opt = opt;
     ModelOptions mo;
-    mo.n_batch = opt.n_batch > 0 ? opt.n_batch : 512;
+    if (opt.n_batch < 0) fail(strfmt("batch size must be >= 0 (got %d)", opt.n_batch));
+    mo.n_batch = opt.n_batch;  // 0: Model::load picks (kBatchAuto)
     mo.n_slots = opt.n_slots > 0 ? opt.n_slots : 1;
     mo.n_threads = opt.n_threads;
     mo.gpu_layers = opt.gpu_layers;

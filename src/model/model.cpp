@@ -441,11 +441,16 @@ std::string TransformerModel::backend_description() const {
 
 }  // namespace
 
-std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opt, Placement placement) {
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& requested, Placement placement) {
+    ModelOptions opt = requested;
+    if (opt.n_batch == kBatchAuto) opt.n_batch = kBatchDefault;  // an explicit placement: the plain default
     return std::make_unique<TransformerModel>(gguf::File::open(path), opt, std::move(placement));
 }
 
-std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opt) {
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& requested) {
+    ModelOptions opt = requested;
+    const bool auto_batch = opt.n_batch == kBatchAuto;
+    if (auto_batch) opt.n_batch = kBatchDefault;
     auto file = gguf::File::open(path);
     const HParams hp = HParams::from_gguf(*file);
     const int n_threads = opt.n_threads > 0 ? opt.n_threads : physical_cores();
@@ -457,6 +462,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     const bool have_gpu = (opt.gpu_layers != 0 || opt.op_offload_min_batch > 0) && cuda_device_count() > 0;
     if (opt.gpu_layers != 0 && have_gpu) {
         ngl = opt.gpu_layers > 0 ? std::min<int64_t>(opt.gpu_layers, L + 1) : 0;
+        if (auto_batch && ngl > L) opt.n_batch = kBatchFullGpu;
         if (opt.gpu_layers == kGpuLayersAuto) {
             // The planner against what the device has free once the CUDA
             // context exists (and no more than --vram-limit).
@@ -465,6 +471,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
             if (opt.vram_limit > 0) free_b = std::min(free_b, opt.vram_limit);
             ngl = auto_gpu_layers(*file, hp, opt.n_ctx, opt.n_slots, opt.n_batch, opt.kv_type, free_b,
                                   opt.op_offload_min_batch > 0);
+            // The larger prompt batch only when everything still fits with it.
+            if (auto_batch && ngl > L &&
+                auto_gpu_layers(*file, hp, opt.n_ctx, opt.n_slots, kBatchFullGpu, opt.kv_type, free_b,
+                                opt.op_offload_min_batch > 0) > L)
+                opt.n_batch = kBatchFullGpu;
             std::fprintf(stderr, "gpu layers: auto chose %lld of %lld (%.2f GiB free%s)\n", (long long)ngl,
                          (long long)L + 1, double(free_b) / double(1ull << 30), opt.vram_limit ? ", --vram-limit" : "");
         }
@@ -498,9 +509,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
         const std::string msg = e.what();
         if (msg.find("out of memory") == std::string::npos) throw;
         fail(strfmt("%s; tried -ngl %lld of %lld at context %d x %d slot(s): lower -c, lower -ngl, or use "
-                    "--gpu-layers auto%s",
+                    "--gpu-layers auto%s%s",
                     msg.c_str(), (long long)ngl, (long long)L + 1, opt.n_ctx, opt.n_slots,
-                    opt.kv_type == GgmlType::F32 ? ", or an f16 KV cache" : ""));
+                    opt.kv_type == GgmlType::F32 ? ", or an f16 KV cache" : "",
+                    opt.n_batch > kBatchDefault ? strfmt(", or -b %d", kBatchDefault).c_str() : ""));
     }
 }
 
