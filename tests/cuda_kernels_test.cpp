@@ -44,6 +44,26 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.f) {
     return v;
 }
 
+// N random rows of K weights quantized to `type` (row stride rb bytes) and
+// dequantized back on the host: the exact operand the kernels see.
+struct QuantWeights {
+    size_t rb = 0;
+    std::vector<uint8_t> q;
+    std::vector<float> deq;
+};
+QuantWeights quantized_weights(GgmlType type, int64_t K, int64_t N, uint32_t seed) {
+    const std::vector<float> wf = random_floats(size_t(N * K), seed, 0.5f);
+    QuantWeights w;
+    w.rb = row_bytes(type, K);
+    w.q.resize(w.rb * size_t(N));
+    w.deq.resize(size_t(N * K));
+    for (int64_t n = 0; n < N; ++n) {
+        quantize_row(type, &wf[size_t(n * K)], &w.q[w.rb * size_t(n)], K);
+        dequantize_row(type, &w.q[w.rb * size_t(n)], &w.deq[size_t(n * K)], K);
+    }
+    return w;
+}
+
 // Poison pattern: all bits set is a NaN for f32.
 constexpr uint8_t kPoison = 0xFF;
 
@@ -168,13 +188,10 @@ TEST_P(CudaMatmul, MatchesF64ProductOfTheSameQuantizedOperands) {
     const int64_t K = GetParam().K;
     auto be = make_cuda_backend(0);
     for (int64_t N : {1, 37, 130}) {
-        // weights
-        const std::vector<float> wf = random_floats(size_t(N * K), uint32_t(7 + N + K), 0.5f);
-        const size_t rb = row_bytes(wt, K);
-        std::vector<uint8_t> wq(rb * size_t(N));
-        for (int64_t n = 0; n < N; ++n) quantize_row(wt, &wf[size_t(n * K)], &wq[rb * size_t(n)], K);
-        std::vector<float> wd(static_cast<size_t>(N * K));
-        for (int64_t n = 0; n < N; ++n) dequantize_row(wt, &wq[rb * size_t(n)], &wd[size_t(n * K)], K);
+        const QuantWeights qw = quantized_weights(wt, K, N, uint32_t(7 + N + K));
+        const size_t rb = qw.rb;
+        const std::vector<uint8_t>& wq = qw.q;
+        const std::vector<float>& wd = qw.deq;
         const Tensor w = upload(*be, wt, K, N, wq, "w");
         // T > 8 runs the tensor-core kernels (the f16 one, default for Q4_K / Q5_K,
         // and the int8 one), except for N < 128 up to T = 64 (matvec token chunks)
@@ -247,13 +264,9 @@ TEST(CudaMatmul, PromptStepsOnF16MatchF64Product) {
     const int64_t T = 130;
     auto check = [&](GgmlType wt, int64_t N, const char* what) {
         const int64_t K = traits(wt).block_size == 256 ? 768 : 96;
-        const std::vector<float> wf = random_floats(size_t(N * K), uint32_t(17 + K + N), 0.5f);
-        const size_t rb = row_bytes(wt, K);
-        std::vector<uint8_t> wq(rb * size_t(N));
-        for (int64_t n = 0; n < N; ++n) quantize_row(wt, &wf[size_t(n * K)], &wq[rb * size_t(n)], K);
-        std::vector<float> wd(static_cast<size_t>(N * K));
-        for (int64_t n = 0; n < N; ++n) dequantize_row(wt, &wq[rb * size_t(n)], &wd[size_t(n * K)], K);
-        const Tensor w = upload(*be, wt, K, N, wq, "w");
+        const QuantWeights qw = quantized_weights(wt, K, N, uint32_t(17 + K + N));
+        const std::vector<float>& wd = qw.deq;
+        const Tensor w = upload(*be, wt, K, N, qw.q, "w");
         const std::vector<float> xf = random_floats(size_t(T * K), uint32_t(99 + K), 2.f);
         const Tensor x = put_f32(*be, xf, {K, T}, "x");
         Tensor y = be->alloc(GgmlType::F32, {N, T}, "y");

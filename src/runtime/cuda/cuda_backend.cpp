@@ -519,8 +519,8 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
     // logits differ slightly with its chunking; bench/results/cuda-h200.md).
     // Products with few output rows (DeltaNet's alpha / beta, 32 rows) stay on
     // mma: dequantizing is most of their cost. QINFER_CUDA_PREFILL=vec|mma|f16
-    // forces one path for every product above kVecMaxT tokens (=mma: the
-    // batch-independent rounding everywhere).
+    // forces one path for every product above kVecMaxT tokens (=mma: the int8
+    // kernels for prompts too, whose rounding does not depend on the chunking).
     const char* prefill = std::getenv("QINFER_CUDA_PREFILL");
     // (kF16MinT, kF16MinN and the 64 MiB weight chunk are mirrored in src/plan/planner.h;
     // QINFER_CUDA_F16_CHUNK_KB lowers the chunk for tests)
