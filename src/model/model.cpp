@@ -462,23 +462,24 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     const bool have_gpu = (opt.gpu_layers != 0 || opt.op_offload_min_batch > 0) && cuda_device_count() > 0;
     if (opt.gpu_layers != 0 && have_gpu) {
         ngl = opt.gpu_layers > 0 ? std::min<int64_t>(opt.gpu_layers, L + 1) : 0;
-        if (auto_batch && ngl > L) opt.n_batch = kBatchFullGpu;
-        if (opt.gpu_layers == kGpuLayersAuto) {
-            // The planner against what the device has free once the CUDA
-            // context exists (and no more than --vram-limit).
-            uint64_t free_b = 0, total_b = 0;
+        // The planner against what the device has free once the CUDA context
+        // exists (and no more than --vram-limit): layers for -ngl auto, and
+        // whether the whole model still fits with the larger prompt batch.
+        uint64_t free_b = 0, total_b = 0;
+        if (opt.gpu_layers == kGpuLayersAuto || auto_batch) {
             if (!cuda_memory_info(0, &free_b, &total_b)) free_b = 0;
             if (opt.vram_limit > 0) free_b = std::min(free_b, opt.vram_limit);
-            ngl = auto_gpu_layers(*file, hp, opt.n_ctx, opt.n_slots, opt.n_batch, opt.kv_type, free_b,
-                                  opt.op_offload_min_batch > 0);
-            // The larger prompt batch only when everything still fits with it.
-            if (auto_batch && ngl > L &&
-                auto_gpu_layers(*file, hp, opt.n_ctx, opt.n_slots, kBatchFullGpu, opt.kv_type, free_b,
-                                opt.op_offload_min_batch > 0) > L)
-                opt.n_batch = kBatchFullGpu;
+        }
+        const auto layers_that_fit = [&](int n_batch) {
+            return auto_gpu_layers(*file, hp, opt.n_ctx, opt.n_slots, n_batch, opt.kv_type, free_b,
+                                   opt.op_offload_min_batch > 0);
+        };
+        if (opt.gpu_layers == kGpuLayersAuto) {
+            ngl = layers_that_fit(opt.n_batch);
             std::fprintf(stderr, "gpu layers: auto chose %lld of %lld (%.2f GiB free%s)\n", (long long)ngl,
                          (long long)L + 1, double(free_b) / double(1ull << 30), opt.vram_limit ? ", --vram-limit" : "");
         }
+        if (auto_batch && ngl > L && layers_that_fit(kBatchFullGpu) > L) opt.n_batch = kBatchFullGpu;
         if (ngl > 0) {
             // -ngl N: the last N layers on the GPU (as llama.cpp); N > n_layer
             // also puts the embedding and the head there, so nothing but token
