@@ -105,7 +105,9 @@ __device__ __forceinline__ void attn_load_tile(KT* tile, const KT* src, int64_t 
 // loads are all in flight at once, and the next tile's K is loaded during this
 // one's softmax and P V, its V during the next scores, so a block waits on
 // memory about once per tile (the register-staged loads of before waited ~13
-// times per 128 keys: 76 us for 32k keys on an H200, 41% of the bandwidth).
+// times per 128 keys). On an H200 (16 q / 4 kv heads, d 256): 512 keys 30 ->
+// 13 us, 4096 keys 35 -> 19 us; 32k keys not faster (76 -> 88 us, 1.5 TB/s,
+// not understood yet: scripts/gpu-steps.d/34-ncu-attention.sh).
 // Per tile:
 //  - scores: TPK threads share a key, each dotting 4 x 16 bytes of it with the
 //    group's q, then a shuffle sum;
