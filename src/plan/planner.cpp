@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "gguf/gguf.h"
+#include "runtime/cuda/sizing.h"
 
 namespace qinfer {
 
@@ -109,9 +110,10 @@ MemoryPlan plan_memory(const ModelDesc& model, const PlanOptions& opt) {
             l.weight_bytes += t.nbytes;
             l.weight_padding += opt.compute.gpu_alloc(t.nbytes) - t.nbytes;
             if (t.ne[1] > 1) l.widest_input = std::max(l.widest_input, t.ne[0]);
-            if (is_quantized(t.type) && t.ne[1] >= 256 && t.ne[2] == 1) {  // as the CUDA matmul's f16 path
+            if (is_quantized(t.type) && t.ne[1] >= cuda::kF16MinRows && t.ne[2] == 1) {  // the CUDA matmul's f16 path
                 const uint64_t K = uint64_t(t.ne[0]);
-                const uint64_t rows = std::min<uint64_t>(uint64_t(t.ne[1]), std::max<uint64_t>(1, (64 * kMiB) / (2 * K)));
+                const uint64_t rows = std::min<uint64_t>(
+                    uint64_t(t.ne[1]), std::max<uint64_t>(1, uint64_t(cuda::kF16WeightChunkBytes) / (2 * K)));
                 f16_weight = std::max(f16_weight, 2 * rows * K);
                 f16_input_k = std::max(f16_input_k, K);
             }
@@ -162,10 +164,13 @@ MemoryPlan plan_memory(const gguf::File& f, const HParams& hp, const PlanOptions
 // into one key range per 64 positions of the cache (at most 128), each leaving
 // (d + 4) floats per head and token (cuda attention_work_bytes); 0 with one range.
 uint64_t MemoryPlan::attention_split_bytes_at(int64_t n_ctx) const {
-    const uint64_t tokens = uint64_t(std::clamp(std::min(opt.n_batch, 4 * opt.n_slots), 1, 64));
-    const uint64_t splits = uint64_t(std::clamp<int64_t>((n_ctx + 63) / 64, 1, 128));
+    const uint64_t tokens = uint64_t(
+        std::clamp(std::min(opt.n_batch, cuda::kAttnSplitMaxSegment * opt.n_slots), 1, cuda::kAttnSplitMaxTokens));
+    const uint64_t splits = uint64_t(std::clamp<int64_t>((n_ctx + cuda::kAttnSplitAlign - 1) / cuda::kAttnSplitAlign,
+                                                         1, cuda::kAttnMaxSplits));
     if (splits == 1) return 0;
-    return opt.compute.gpu_alloc(4 * tokens * uint64_t(hp.n_head) * splits * uint64_t(hp.head_dim + 4));
+    return opt.compute.gpu_alloc(4 * tokens * uint64_t(hp.n_head) * splits *
+                                 uint64_t(hp.head_dim + cuda::kAttnPartHeader));
 }
 
 Split MemoryPlan::split(int gpu_layers, int64_t n_ctx) const {

@@ -17,6 +17,7 @@
 #include "model/hparams.h"
 #include "plan/model_desc.h"
 #include "quant/types.h"
+#include "runtime/cuda/sizing.h"
 
 namespace qinfer {
 namespace gguf { class File; }
@@ -55,11 +56,11 @@ struct ComputeModel {
     // 1.14-1.25 B/elem) or f16 copy of the widest [K, n_batch] input; bounded
     // by 2 buffers x 2 bytes x K x n_batch.
     bool act_scratch = true;
-    // Prompt steps of f16_prefill_min_batch+ tokens multiply quantized weights of
-    // 256+ rows as f16 on cuBLAS (CUDA backend matmul): a weight scratch of at
-    // most 64 MiB (larger weights go in row chunks) and an f16 copy of the
-    // [K, n_batch] input. 0: never (a batch below it, or the path forced off).
-    int64_t f16_prefill_min_batch = 128;
+    // Prompt steps of f16_prefill_min_batch+ tokens multiply quantized weights
+    // as f16 on cuBLAS (CUDA backend matmul; thresholds and the weight chunk in
+    // runtime/cuda/sizing.h): a weight scratch and an f16 copy of the
+    // [K, n_batch] input. 0: never counted (the path forced off).
+    int64_t f16_prefill_min_batch = cuda::kF16MinTokens;
     // Pinned host buffers for weight uploads (3 x 32 MiB in the CUDA backend).
     uint64_t host_staging_bytes = 96 * kMiB;
     // cudaMalloc rounds an allocation above 1 MiB up to a multiple of 2 MiB

@@ -67,8 +67,8 @@ void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_
 // greedy server completions depended on how requests were batched). A step
 // that mixes a prompt chunk with decode tokens still takes one pass.
 // QINFER_CUDA_ATTN_SPLIT_T overrides the token limit (A/B).
-constexpr int kSplitMaxTokens = 64;
-constexpr int kSplitMaxSegment = 4;
+constexpr int kSplitMaxTokens = kAttnSplitMaxTokens;
+constexpr int kSplitMaxSegment = kAttnSplitMaxSegment;
 constexpr int kPrefillMinSegment = 128;
 std::atomic<int> g_split_max_override{0};
 

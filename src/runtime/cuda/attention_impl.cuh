@@ -2,6 +2,7 @@
 #pragma once
 #include "runtime/cuda/cuda_common.cuh"
 #include "runtime/cuda/launch.cuh"
+#include "runtime/cuda/sizing.h"
 
 namespace qinfer::cuda {
 
@@ -27,9 +28,9 @@ constexpr int ATTN_THREADS = 128;
 // and every extra split rounds a little differently from that pass; 64 keys
 // give a 512-key context 8 splits per kv head (32 blocks, not 8 as with 256:
 // 13 vs 30 us on an H200; 128 keys: 18 us).
-constexpr int ATTN_SPLIT_ALIGN = 64;
-constexpr int ATTN_MAX_SPLITS = 128; // <= ATTN_THREADS: the combine gives each split one thread
-constexpr int ATTN_PART_HDR = 4;     // m, l and padding, so acc[] stays 16-byte aligned
+constexpr int ATTN_SPLIT_ALIGN = kAttnSplitAlign;
+constexpr int ATTN_MAX_SPLITS = kAttnMaxSplits;  // <= ATTN_THREADS: the combine gives each split one thread
+constexpr int ATTN_PART_HDR = kAttnPartHeader;   // m, l and padding, so acc[] stays 16-byte aligned
 constexpr int ATTN_COMBINE_COLS = 64;
 
 // Keys per tile: K and V tiles of 32 KB each in shared memory (64 keys of a

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "gguf/gguf.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/sizing.h"
 #include "runtime/cuda/layout.h"
 
 namespace qinfer {
@@ -512,8 +513,8 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
     const int64_t ldy = int64_t(y.nb[1] / 4);
     const bool half = w.type == GgmlType::F16 || w.type == GgmlType::BF16 || w.type == GgmlType::F32;
     // Quantized weights: up to kVecMaxT tokens the matvec kernel; decode batches
-    // (up to kF16MinT tokens) the int8 tensor-core kernels (mma), whose rows equal
-    // the matvec's; prompt steps of kF16MinT tokens or more dequantize the weight
+    // (below kF16MinTokens) the int8 tensor-core kernels (mma), whose rows equal
+    // the matvec's; prompt steps of kF16MinTokens or more dequantize the weight
     // to f16 for cuBLAS with f16 activations: 1.5x faster at T = 512 on an H200,
     // at the price of rounding that depends on the step's size (a prompt's
     // logits differ slightly with its chunking; bench/results/cuda-h200.md).
@@ -522,12 +523,10 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
     // forces one path for every product above kVecMaxT tokens (=mma: the int8
     // kernels for prompts too, whose rounding does not depend on the chunking).
     const char* prefill = std::getenv("QINFER_CUDA_PREFILL");
-    // (kF16MinT, kF16MinN and the 64 MiB weight chunk are mirrored in src/plan/planner.h;
-    // QINFER_CUDA_F16_CHUNK_KB lowers the chunk for tests)
-    constexpr int64_t kVecMaxT = 8, kF16MinT = 128, kF16MinN = 256;
-    const int64_t kF16WeightChunkBytes = int64_t(env_int("QINFER_CUDA_F16_CHUNK_KB", 16, 65536, 65536)) << 10;
+    constexpr int64_t kVecMaxT = 8;  // (the f16 thresholds: runtime/cuda/sizing.h, counted by the planner)
     const bool forced = prefill && *prefill;
-    const bool f16_prefill = forced ? std::strcmp(prefill, "f16") == 0 : T >= kF16MinT && N >= kF16MinN;
+    const bool f16_prefill =
+        forced ? std::strcmp(prefill, "f16") == 0 : T >= cuda::kF16MinTokens && N >= cuda::kF16MinRows;
     // (scratch growth may flush the queue: signatures are added after it)
     if (T > kVecMaxT && (half || f16_prefill)) {
         // cuBLAS. F32 / F16 / BF16 weights: f32 products of the exact weights and
@@ -535,13 +534,17 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
         // widened to f32 in row chunks, then SGEMM. Quantized weights: dequantized
         // to f16 and multiplied with f16 activations (f32 accumulation): other
         // rounding than the CPU's 8-bit activations, closer to the f32 product.
-        // Weights go through a scratch of at most 64 MiB (kF16WeightChunkBytes,
-        // mirrored by the memory planner), in row chunks when larger.
+        // Weights go through a scratch of at most kF16WeightChunkBytes, in row
+        // chunks when larger (QINFER_CUDA_F16_CHUNK_KB lowers it for tests).
         cublasHandle_t h = static_cast<cublasHandle_t>(cublas_);
+        const int64_t chunk_bytes =
+            int64_t(env_int("QINFER_CUDA_F16_CHUNK_KB", 16, int(cuda::kF16WeightChunkBytes >> 10),
+                            int(cuda::kF16WeightChunkBytes >> 10)))
+            << 10;
         const int64_t elem = half ? 4 : 2;
         const int64_t chunk = w.type == GgmlType::F32
                                   ? N
-                                  : std::max<int64_t>(1, std::min<int64_t>(N, kF16WeightChunkBytes / (elem * K)));
+                                  : std::max<int64_t>(1, std::min<int64_t>(N, chunk_bytes / (elem * K)));
         void* hw = nullptr;
         void* hx = nullptr;
         if (!half) {

@@ -1,0 +1,28 @@
+// The CUDA backend's sizing rules that decide its scratch memory, in one place
+// for the backend and the memory planner (src/plan), which must count the same
+// bytes. Plain constants: included by host code that is built without CUDA too.
+#pragma once
+#include <cstdint>
+
+namespace qinfer::cuda {
+
+// Prompt products: steps of at least kF16MinTokens tokens dequantize a
+// quantized weight of at least kF16MinRows rows to f16 for cuBLAS, through a
+// scratch of at most kF16WeightChunkBytes (larger weights go in row chunks),
+// and copy the [K, T] input to f16.
+constexpr int64_t kF16MinTokens = 128;
+constexpr int64_t kF16MinRows = 256;
+constexpr int64_t kF16WeightChunkBytes = int64_t(64) << 20;
+
+// Decode attention splits the key range into one split per kAttnSplitAlign
+// positions of the cache capacity, at most kAttnMaxSplits; each leaves
+// (head_dim + kAttnPartHeader) floats per head and token.
+constexpr int kAttnSplitAlign = 64;
+constexpr int kAttnMaxSplits = 128;
+constexpr int kAttnPartHeader = 4;
+// Steps of up to this many tokens, none with more than kAttnSplitMaxSegment of
+// one sequence, take the split kernel (decode steps).
+constexpr int kAttnSplitMaxTokens = 64;
+constexpr int kAttnSplitMaxSegment = 4;
+
+}  // namespace qinfer::cuda
