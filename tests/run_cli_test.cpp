@@ -206,6 +206,12 @@ TEST(RunCli, BadInputGivesErrors) {
     EXPECT_NE(err.find("nonexistent"), std::string::npos) << err;
     run("bench -m " + quote(m) + " -p 0 -n 0", &rc, &err);
     EXPECT_NE(rc, 0);
+    // -b has no "automatic" value to type: 0 and negatives are refused by name
+    for (const char* b : {"0", "-5"}) {
+        run("run -m " + quote(m) + " --ids 1,2 -n 1 -b " + b, &rc, &err);
+        EXPECT_NE(rc, 0) << b;
+        EXPECT_NE(err.find("batch-size"), std::string::npos) << b << ": " << err;
+    }
 }
 
 TEST(RunCli, GpuLayersFlag) {
