@@ -85,10 +85,12 @@ void set_attention_split_max_tokens(int t) {
 // Splits of the key range launched for decode: enough blocks to keep every SM
 // streaming K/V at long contexts (a split covers >= ATTN_SPLIT_ALIGN keys of
 // the capacity, at most 128 splits); those past a short context exit at once.
+// QINFER_CUDA_ATTN_SPLITS lowers the maximum (A/B).
 int attention_splits(int64_t T, int64_t max_ctx, int max_seg_len) {
     if (T > split_max_tokens() || max_seg_len > kSplitMaxSegment) return 1;
+    static const int max_splits = env_int("QINFER_CUDA_ATTN_SPLITS", 1, ATTN_MAX_SPLITS, ATTN_MAX_SPLITS);
     const int64_t n = (max_ctx + ATTN_SPLIT_ALIGN - 1) / ATTN_SPLIT_ALIGN;
-    return n < 1 ? 1 : (n > ATTN_MAX_SPLITS ? ATTN_MAX_SPLITS : int(n));
+    return n < 1 ? 1 : (n > max_splits ? max_splits : int(n));
 }
 
 size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ctx, int max_seg_len) {
