@@ -14,6 +14,7 @@
 // context costs one block per kv head and a few memory round trips, whatever
 // the capacity.
 #include <atomic>
+#include <type_traits>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -101,16 +102,25 @@ size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ct
 
 namespace {
 
+// An f16 cache takes the tensor-core split kernel; QINFER_CUDA_ATTN_MMA=0
+// keeps the CUDA-core one (A/B; an f32 cache always takes it).
+bool split_on_tensor_cores() {
+    static const bool on = env_int("QINFER_CUDA_ATTN_MMA", 0, 1, 1) != 0;
+    return on;
+}
+
 template <int D, int GT, typename KT>
 void launch_split(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
     constexpr size_t smem = attn_smem_bytes<D, KT>();
+    auto kernel = attn_split_kernel<D, GT, KT>;
+    if constexpr (std::is_same_v<KT, __half>)
+        if (split_on_tensor_cores()) kernel = attn_split_mma_kernel<D, GT>;
     // K/V tiles above the 48 KB default need the kernel's opt-in (on the
     // current device: set at every launch, a host-side call)
     if constexpr (smem > 48 * 1024)
-        QINFER_CUDA_CHECK(cudaFuncSetAttribute(attn_split_kernel<D, GT, KT>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        QINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const dim3 grid(static_cast<unsigned>(n_kv), unsigned(T), unsigned(ns));
-    launch("attn_split_kernel", attn_split_kernel<D, GT, KT>, dim3(grid), dim3(ATTN_THREADS), smem, s, a);
+    launch("attn_split_kernel", kernel, dim3(grid), dim3(ATTN_THREADS), smem, s, a);
 }
 
 template <int D, typename KT>
