@@ -13,6 +13,7 @@
 // writes the output itself and the merge kernel exits at once too: a 5-key
 // context costs one block per kv head and a few memory round trips, whatever
 // the capacity.
+#include <algorithm>
 #include <atomic>
 #include <type_traits>
 
@@ -109,8 +110,14 @@ bool split_on_tensor_cores() {
     return on;
 }
 
+// Launches the split kernel over at most ns_cap splits and returns the number
+// launched: no more than one wave of blocks per token (the kernel's resident
+// blocks on this device over the kv heads), since a second, partial wave of
+// the longest splits sets the time (d 256 at 32k keys on an H200: 3 blocks per
+// SM, 396 at once; 512 blocks took 51.6 us, 384 took 46.7). The count depends
+// on the device and the cache capacity, never on the length or the batch.
 template <int D, int GT, typename KT>
-void launch_split(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
+int launch_split(AttnArgs a, int T, int n_kv, int ns_cap, cudaStream_t s) {
     constexpr size_t smem = attn_smem_bytes<D, KT>();
     auto kernel = attn_split_kernel<D, GT, KT>;
     if constexpr (std::is_same_v<KT, __half>)
@@ -119,17 +126,35 @@ void launch_split(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
     // current device: set at every launch, a host-side call)
     if constexpr (smem > 48 * 1024)
         QINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    int ns = ns_cap;
+    if (ns > 1) {
+        constexpr int kMaxDevices = 64;
+        static std::atomic<int> resident[kMaxDevices];  // per device; the kernel is fixed per process
+        int dev = 0;
+        QINFER_CUDA_CHECK(cudaGetDevice(&dev));
+        int r = dev < kMaxDevices ? resident[dev].load(std::memory_order_relaxed) : 0;
+        if (r == 0) {
+            int per_sm = 0, sms = 0;
+            QINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, ATTN_THREADS, smem));
+            QINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            r = std::max(1, per_sm * sms);
+            if (dev < kMaxDevices) resident[dev].store(r, std::memory_order_relaxed);
+        }
+        ns = std::clamp(r / n_kv, 1, ns_cap);
+    }
+    a.n_split = ns;
     const dim3 grid(static_cast<unsigned>(n_kv), unsigned(T), unsigned(ns));
     launch("attn_split_kernel", kernel, dim3(grid), dim3(ATTN_THREADS), smem, s, a);
+    return ns;
 }
 
 template <int D, typename KT>
-void launch_d(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
-    if (a.group <= 1) launch_split<D, 1, KT>(a, T, n_kv, ns, s);
-    else if (a.group <= 2) launch_split<D, 2, KT>(a, T, n_kv, ns, s);
-    else if (a.group <= 4) launch_split<D, 4, KT>(a, T, n_kv, ns, s);
-    else if (a.group <= 8) launch_split<D, 8, KT>(a, T, n_kv, ns, s);
-    else fail(strfmt("CUDA attention: %d query heads per kv head not supported (max 8)", a.group));
+int launch_d(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
+    if (a.group <= 1) return launch_split<D, 1, KT>(a, T, n_kv, ns, s);
+    if (a.group <= 2) return launch_split<D, 2, KT>(a, T, n_kv, ns, s);
+    if (a.group <= 4) return launch_split<D, 4, KT>(a, T, n_kv, ns, s);
+    if (a.group <= 8) return launch_split<D, 8, KT>(a, T, n_kv, ns, s);
+    fail(strfmt("CUDA attention: %d query heads per kv head not supported (max 8)", a.group));
 }
 
 }  // namespace
@@ -164,14 +189,15 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     a.scale = scale;
     a.out = out;
     a.work = static_cast<float*>(work);
-    const int ns = attention_splits(T, kv.n_ctx, max_seg_len);
-    a.n_split = ns;
-    if (ns > 1 && !work) fail("CUDA attention: no work buffer for split attention");
+    // the work buffer is sized for attention_splits(); the launch may use fewer
+    const int ns_cap = attention_splits(T, kv.n_ctx, max_seg_len);
+    if (ns_cap > 1 && !work) fail("CUDA attention: no work buffer for split attention");
     const int n_kv = int(kv.n_kv);
+    int ns = 1;
     switch (kv.d) {
-        case 64: kv.f16 ? launch_d<64, __half>(a, int(T), n_kv, ns, s) : launch_d<64, float>(a, int(T), n_kv, ns, s); break;
-        case 128: kv.f16 ? launch_d<128, __half>(a, int(T), n_kv, ns, s) : launch_d<128, float>(a, int(T), n_kv, ns, s); break;
-        case 256: kv.f16 ? launch_d<256, __half>(a, int(T), n_kv, ns, s) : launch_d<256, float>(a, int(T), n_kv, ns, s); break;
+        case 64: ns = kv.f16 ? launch_d<64, __half>(a, int(T), n_kv, ns_cap, s) : launch_d<64, float>(a, int(T), n_kv, ns_cap, s); break;
+        case 128: ns = kv.f16 ? launch_d<128, __half>(a, int(T), n_kv, ns_cap, s) : launch_d<128, float>(a, int(T), n_kv, ns_cap, s); break;
+        case 256: ns = kv.f16 ? launch_d<256, __half>(a, int(T), n_kv, ns_cap, s) : launch_d<256, float>(a, int(T), n_kv, ns_cap, s); break;
         default: fail(strfmt("CUDA attention: head dim %lld not supported (64, 128, 256)", (long long)kv.d));
     }
     QINFER_CUDA_LAUNCHED("attention");

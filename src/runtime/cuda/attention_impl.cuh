@@ -322,36 +322,48 @@ __device__ __forceinline__ void attn_load_tile_swz(__half* tile, const __half* s
 }
 
 // The split kernel for an f16 cache on the tensor cores (sm_80+): the same
-// blocks, tiles, pipeline, online softmax and partials as attn_split_kernel,
-// with the two products as mma.sync m16n8k16 (f16 inputs, f32 accumulators).
-// The group's heads are the mma's n = 8 columns, so keys and head-dim columns
-// fill the m = 16 rows:
-//   scores  S^T [key][head] = K [key][d] . Q^T [d][head]   (K by ldmatrix)
+// blocks, splits and partials as attn_split_kernel, with both products as
+// mma.sync m16n8k16 (f16 inputs, f32 accumulators). The group's heads are the
+// mma's n = 8 columns, so keys and head-dim columns fill the m = 16 rows:
+//   scores  S^T [key][head] = K [key][d] . Q^T [d][head]         (K by ldmatrix)
 //   P V     O^T [col][head] += V^T [col][key] . P^T [key][head]  (V by ldmatrix.trans)
-// q and P go in as two f16 terms each (x = hi + lo, lo = f16(x - hi)): K and V
-// are f16 already, so both products keep ~22 bits of their f32 operand -- the
+// q and P go in as two f16 terms each (x = hi + lo, lo = f16(x - hi)). K and V
+// are f16 already, so both products keep ~22 bits of their f32 operand: the
 // result agrees with the f32 CUDA-core kernel to ~1e-6 relative, not the
 // ~1e-3 of f16 q and P, and decode stays within the CPU backend's rounding.
-// The scalar kernel spent ~1,500 instructions per thread and 64-key tile
-// (d 256) on the products and ran at 1.5 TB/s at 32k keys, issue-bound at 15%
-// occupancy (three 70 KB blocks per SM); here the products take ~130.
-// Warps own 16-key row tiles of the scores and D / 4 columns of the output, so
-// the row groups need no merge at the end. Heads >= G get q = 0 and are not
-// written.
+//
+// Why: the CUDA-core kernel spent ~1,500 instructions per thread and 64-key
+// tile (d 256) on the two products and ran at 1.5 TB/s at 32k keys, issue-bound
+// at 15% occupancy (three 70 KB blocks per SM); here they take ~150.
+//
+// Per tile of TK keys (K and V through shared memory with cp.async; the next
+// K loads during this tile's softmax and P V, the next V during the next
+// scores):
+//  - warp w computes the scores of its 16-key row tiles in registers;
+//  - online softmax in those registers: the per-head tile max over the warps
+//    goes through shared memory once; a thread holds heads 2 quad and
+//    2 quad + 1 of the scores' accumulator layout, which is also the output's,
+//    so the rescaling of O needs no exchange; row sums stay per thread until
+//    the end;
+//  - P goes through shared memory (the mma's B layout has the keys where the
+//    scores' accumulators have them in the other dimension);
+//  - warp w accumulates O for its D / 4 columns over all keys of the tile, so
+//    the warps need no merge at the end.
+// Heads >= G get q = 0 and are not written.
 template <int D, int GT>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a) {
     pdl_enter();
     constexpr int TK = attn_tile_keys<D, __half>();
     constexpr int NW = ATTN_THREADS / WARP;
-    constexpr int KSTEPS = D / 16;         // score k-steps over the head dim
+    constexpr int KSTEPS = D / 16;             // score k-steps over the head dim
     constexpr int SM_PER_WARP = TK / 16 / NW;  // 16-key score row tiles per warp
     constexpr int OM_PER_WARP = D / 16 / NW;   // 16-column output row tiles per warp
     constexpr int PS = D + ATTN_PART_HDR;
     static_assert(SM_PER_WARP >= 1 && TK % (16 * NW) == 0 && OM_PER_WARP >= 1 && D % (16 * NW) == 0, "shape");
-    static_assert(GT <= 8 && TK <= ATTN_THREADS, "heads fill the mma's 8 columns; one key per softmax thread");
-    __shared__ __align__(16) float ps[8][TK];  // scores, then probabilities; heads >= GT unused
-    __shared__ float red[GT][NW];
-    __shared__ float hs[3][8];   // per head: correction of this tile; final m and l
+    static_assert(GT <= 8, "the group's heads fill the mma's 8 columns");
+    __shared__ __align__(16) float ps[8][TK];  // probabilities [head][key]; heads >= GT unused
+    __shared__ float red[8][NW];               // per head and warp: tile max, then the final sums
+    __shared__ float lsum[8];
     extern __shared__ __align__(128) unsigned char attn_smem[];
     __half* ks = reinterpret_cast<__half*>(attn_smem);  // [TK][D], swizzled
     __half* vs = ks + TK * D;
@@ -359,6 +371,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
     const int g = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
     const int tid = threadIdx.x, lane = tid % WARP, wid = tid / WARP;
     const int grp = lane / 4, quad = lane % 4;  // mma fragment coordinates
+    const int h0 = 2 * quad, h1 = 2 * quad + 1;  // this thread's heads in the accumulators
     const int G = a.group;
     const int n_head = a.n_kv * G;
     const int n = a.pos[t] + 1;
@@ -398,17 +411,13 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
         }
     }
 
-    float m[GT], l[GT];
-#pragma unroll
-    for (int h = 0; h < GT; ++h) {
-        m[h] = -INFINITY;
-        l[h] = 0.f;
-    }
+    float m0 = -INFINITY, m1 = -INFINITY;  // running max of heads h0, h1 (block-uniform per head)
+    float l0 = 0.f, l1 = 0.f;              // this thread's share of their running sums
     float o[OM_PER_WARP][4];
 #pragma unroll
     for (int i = 0; i < OM_PER_WARP; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     // ldmatrix lanes: lane addresses row lane % 8 of matrix lane / 8.
-    //   K (A, x4): key 16 tile + lane % 16, chunk 2 k + lane / 16
+    //   K (A, x4):       key 16 tile + lane % 16, chunk 2 k + lane / 16
     //   V (A, x4.trans): key 16 kp + lane % 8 + 8 (lane / 16), chunk 2 cm + (lane / 8) % 2
     const uint32_t ks_addr = smem_addr(ks), vs_addr = smem_addr(vs);
 
@@ -418,83 +427,81 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
         cp_async_wait<1>();  // this tile's K
         __syncthreads();
 
-        // scores of the warp's key tiles -> ps[head][key]
+        // scores of the warp's key tiles; c[i]: keys 16 (w SM + i) + grp (c0, c1) and
+        // + 8 (c2, c3), heads h0 (c0, c2) and h1 (c1, c3); keys past the tile: -inf
+        float c[SM_PER_WARP][4];
+        float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
         for (int i = 0; i < SM_PER_WARP; ++i) {
             const int kb = (wid * SM_PER_WARP + i) * 16;
-            if (kb >= nk) continue;  // warp-uniform
-            float c[4] = {0.f, 0.f, 0.f, 0.f};
-            const int r = kb + lane % 16;
+            c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
+            if (kb < nk) {  // warp-uniform
+                const int r = kb + lane % 16;
 #pragma unroll
-            for (int k = 0; k < KSTEPS; ++k) {
-                uint32_t ka[4];
-                ldsm_x4(ks_addr + 2 * uint32_t(swz<D>(r, 2 * k + lane / 16)), ka);
-                mma_16816(c, ka, qh[k][0], qh[k][1]);
-                mma_16816(c, ka, ql[k][0], ql[k][1]);
+                for (int k = 0; k < KSTEPS; ++k) {
+                    uint32_t ka[4];
+                    ldsm_x4(ks_addr + 2 * uint32_t(swz<D>(r, 2 * k + lane / 16)), ka);
+                    mma_16816(c[i], ka, qh[k][0], qh[k][1]);
+                    mma_16816(c[i], ka, ql[k][0], ql[k][1]);
+                }
             }
-            // c: keys kb + grp (c0, c1) and kb + grp + 8 (c2, c3); heads 2 quad, 2 quad + 1
-            if (2 * quad < GT) {
-                ps[2 * quad][kb + grp] = c[0];
-                ps[2 * quad][kb + grp + 8] = c[2];
-            }
-            if (2 * quad + 1 < GT) {
-                ps[2 * quad + 1][kb + grp] = c[1];
-                ps[2 * quad + 1][kb + grp + 8] = c[3];
-            }
+            if (kb + grp >= nk) c[i][0] = c[i][1] = -INFINITY;
+            if (kb + grp + 8 >= nk) c[i][2] = c[i][3] = -INFINITY;
+            mx0 = fmaxf(mx0, fmaxf(c[i][0], c[i][2]));
+            mx1 = fmaxf(mx1, fmaxf(c[i][1], c[i][3]));
         }
-        __syncthreads();  // ps complete, ks free
+        // the tile max per head: over the 8 lanes of a quad, then over the warps
+#pragma unroll
+        for (int o2 = 4; o2 < WARP; o2 <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+        }
+        if (grp == 0) {
+            red[h0][wid] = mx0;
+            red[h1][wid] = mx1;
+        }
+        __syncthreads();  // red complete; every warp is done with ks
         if (nn > 0) attn_load_tile_swz<D, TK>(ks, Kb, row_stride, jn, nn);
         cp_async_commit();
 
-        // online softmax over the tile, per head (thread tid: key tid)
-        const bool valid = tid < nk;
-        float sc[GT];
+        float tm0 = red[h0][0], tm1 = red[h1][0];
 #pragma unroll
-        for (int h = 0; h < GT; ++h) {
-            sc[h] = valid ? ps[h][tid] : -INFINITY;
-            const float mt = warp_max(sc[h]);
-            if (lane == 0) red[h][wid] = mt;
+        for (int w = 1; w < NW; ++w) {
+            tm0 = fmaxf(tm0, red[h0][w]);
+            tm1 = fmaxf(tm1, red[h1][w]);
         }
-        __syncthreads();
+        const float mn0 = fmaxf(m0, tm0), mn1 = fmaxf(m1, tm1);  // finite: the tile has a key
+        const float corr0 = expf(m0 - mn0), corr1 = expf(m1 - mn1);  // 0 on the first tile
+        m0 = mn0;
+        m1 = mn1;
+        float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-        for (int h = 0; h < GT; ++h) {
-            float tm = red[h][0];
-#pragma unroll
-            for (int w = 1; w < NW; ++w) tm = fmaxf(tm, red[h][w]);
-            const float mn = fmaxf(m[h], tm);
-            const float corr = expf(m[h] - mn);  // exp(-inf) = 0 on the first tile
-            if (tid == 0) hs[0][h] = corr;
-            l[h] *= corr;
-            m[h] = mn;
-            sc[h] = valid ? expf(sc[h] - mn) : 0.f;
-        }
-        __syncthreads();  // everyone has read red and ps
-#pragma unroll
-        for (int h = 0; h < GT; ++h) {
-            if (tid < TK) ps[h][tid] = sc[h];  // 0 past the tile's keys: the mma steps cover 16 at a time
-            const float ts = warp_sum(sc[h]);
-            if (lane == 0) red[h][wid] = ts;
-        }
-        cp_async_wait<1>();  // this tile's V
-        __syncthreads();
-#pragma unroll
-        for (int h = 0; h < GT; ++h) {
-            float sum = 0.f;
-#pragma unroll
-            for (int w = 0; w < NW; ++w) sum += red[h][w];
-            l[h] += sum;
-        }
-        {
-            const float c0 = 2 * quad < GT ? hs[0][2 * quad] : 0.f;
-            const float c1 = 2 * quad + 1 < GT ? hs[0][2 * quad + 1] : 0.f;
-#pragma unroll
-            for (int i = 0; i < OM_PER_WARP; ++i) {
-                o[i][0] *= c0;
-                o[i][1] *= c1;
-                o[i][2] *= c0;
-                o[i][3] *= c1;
+        for (int i = 0; i < SM_PER_WARP; ++i) {
+            const int kb = (wid * SM_PER_WARP + i) * 16;
+            const float p0 = expf(c[i][0] - mn0), p1 = expf(c[i][1] - mn1);  // exp(-inf) = 0
+            const float p2 = expf(c[i][2] - mn0), p3 = expf(c[i][3] - mn1);
+            sum0 += p0 + p2;
+            sum1 += p1 + p3;
+            if (h0 < GT) {
+                ps[h0][kb + grp] = p0;
+                ps[h0][kb + grp + 8] = p2;
+            }
+            if (h1 < GT) {
+                ps[h1][kb + grp] = p1;
+                ps[h1][kb + grp + 8] = p3;
             }
         }
+        l0 = l0 * corr0 + sum0;
+        l1 = l1 * corr1 + sum1;
+#pragma unroll
+        for (int i = 0; i < OM_PER_WARP; ++i) {
+            o[i][0] *= corr0;
+            o[i][1] *= corr1;
+            o[i][2] *= corr0;
+            o[i][3] *= corr1;
+        }
+        cp_async_wait<1>();  // this tile's V (the next K may still be in flight)
+        __syncthreads();     // ps complete
 
         // P V for the warp's columns, 16 keys per step
 #pragma unroll
@@ -504,16 +511,12 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
             uint32_t bh[2], bl[2];
 #pragma unroll
             for (int h8 = 0; h8 < 2; ++h8) {
-                float p0 = 0.f, p1 = 0.f;
-                if (grp < GT) {
-                    const float2 pp = *reinterpret_cast<const float2*>(&ps[grp][16 * kp + 8 * h8 + 2 * quad]);
-                    p0 = pp.x;
-                    p1 = pp.y;
-                }
-                const __half2 hi = __floats2half2_rn(p0, p1);
+                float2 pp = make_float2(0.f, 0.f);
+                if (grp < GT) pp = *reinterpret_cast<const float2*>(&ps[grp][16 * kp + 8 * h8 + 2 * quad]);
+                const __half2 hi = __floats2half2_rn(pp.x, pp.y);
                 const float2 hf = __half22float2(hi);
                 bh[h8] = *reinterpret_cast<const uint32_t*>(&hi);
-                bl[h8] = pack_half2(p0 - hf.x, p1 - hf.y);
+                bl[h8] = pack_half2(pp.x - hf.x, pp.y - hf.y);
             }
             const int r = 16 * kp + lane % 8 + 8 * (lane / 16);
 #pragma unroll
@@ -531,31 +534,42 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
     }
     cp_async_wait<0>();  // (only empty groups are left)
 
-    if (tid == 0) {
+    // the row sums: over the 8 lanes of a quad, then over the warps (in warp order)
 #pragma unroll
-        for (int h = 0; h < GT; ++h) {
-            hs[1][h] = m[h];
-            hs[2][h] = l[h];
-        }
+    for (int o2 = 4; o2 < WARP; o2 <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
+    }
+    if (grp == 0) {
+        red[h0][wid] = l0;
+        red[h1][wid] = l1;
     }
     __syncthreads();
-    // o[i]: columns 16 cm + grp (o0, o1) and + 8 (o2, o3); heads 2 quad (o0, o2), 2 quad + 1 (o1, o3)
+    if (tid < 8) {
+        float sum = 0.f;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) sum += red[tid][w];
+        lsum[tid] = sum;
+    }
+    __syncthreads();
+    // o[i]: columns 16 cm + grp (o0, o1) and + 8 (o2, o3); heads h0 (o0, o2) and h1 (o1, o3)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-        const int h = 2 * quad + hh;
+        const int h = hh ? h1 : h0;
         if (h >= G) continue;
         const int64_t row = int64_t(t) * n_head + g * G + h;
+        const float lh = lsum[h];
 #pragma unroll
         for (int i = 0; i < OM_PER_WARP; ++i) {
             const int e = 16 * (wid * OM_PER_WARP + i) + grp;
             if (nu == 1) {
-                a.out[row * D + e] = o[i][hh] / hs[2][h];
-                a.out[row * D + e + 8] = o[i][2 + hh] / hs[2][h];
+                a.out[row * D + e] = o[i][hh] / lh;
+                a.out[row * D + e + 8] = o[i][2 + hh] / lh;
             } else {
                 float* w = a.work + (row * ns + split) * PS;
                 if (i == 0 && grp == 0 && wid == 0) {
-                    w[0] = hs[1][h];
-                    w[1] = hs[2][h];
+                    w[0] = hh ? m1 : m0;
+                    w[1] = lh;
                 }
                 w[ATTN_PART_HDR + e] = o[i][hh];
                 w[ATTN_PART_HDR + e + 8] = o[i][2 + hh];
