@@ -24,6 +24,7 @@
 #ifdef QINFER_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "cuda_attention_testutil.h"
 #include "runtime/cuda/kernels.h"
 #endif
 
@@ -37,20 +38,9 @@ using test::randn;
 #define CU(call) ASSERT_EQ((call), cudaSuccess) << #call
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+using test::kNaN;
 
-// Device buffer of `bytes`, freed with the object.
-struct Dev {
-    void* p = nullptr;
-    size_t bytes = 0;
-    explicit Dev(size_t b) : bytes(std::max<size_t>(b, 16)) {
-        if (cudaMalloc(&p, bytes) != cudaSuccess) p = nullptr;
-    }
-    ~Dev() { cudaFree(p); }
-    Dev(const Dev&) = delete;
-    Dev& operator=(const Dev&) = delete;
-    template <typename T> T* as() const { return static_cast<T*>(p); }
-};
+using test::Dev;
 
 // The argmax the decode step must reproduce: the first maximum; NaN never wins;
 // an all -inf row gives its first index, an all-NaN or empty row 0.
@@ -251,87 +241,8 @@ TEST(CudaDecodeArgmax, Timing) {
 
 // ---------------------------------------------------------------- attention
 
-struct Cache {
-    int64_t d, n_kv, n_ctx, n_slots, rows;  // rows: positions per slot that fill() may write
-    bool f16;
-    std::vector<float> k, v;  // host copy of rows [0, rows) of each slot, as the device holds them
-    Dev dk, dv;
-    Cache(int64_t d_, int64_t n_kv_, int64_t n_ctx_, int64_t n_slots_, bool f16_, int64_t rows_)
-        : d(d_), n_kv(n_kv_), n_ctx(n_ctx_), n_slots(n_slots_), rows(std::min(rows_, n_ctx_)), f16(f16_),
-          dk(bytes()), dv(bytes()) {
-        // NaN everywhere: a read past the context poisons the output
-        if (dk.p) cudaMemset(dk.p, 0xFF, bytes());
-        if (dv.p) cudaMemset(dv.p, 0xFF, bytes());
-        k.assign(size_t(d * n_kv * rows * n_slots), kNaN);
-        v.assign(k.size(), kNaN);
-    }
-    size_t bytes() const { return size_t(d * n_kv * n_ctx * n_slots) * (f16 ? 2 : 4); }
-    size_t off(int64_t s, int64_t p) const { return size_t(((s * n_ctx + p) * n_kv) * d); }  // device
-    size_t hoff(int64_t s, int64_t p) const { return size_t(((s * rows + p) * n_kv) * d); }  // host
-    // Random rows [0, n) of a slot (rounded to f16 where the cache is f16).
-    void fill(int64_t s, int64_t n, uint32_t seed) {
-        ASSERT_LE(n, rows);
-        for (int which = 0; which < 2; ++which) {
-            std::vector<float> x = randn(size_t(n * n_kv * d), seed + uint32_t(which));
-            std::vector<float>& h = which ? v : k;
-            Dev& dst = which ? dv : dk;
-            if (f16) {
-                std::vector<uint16_t> hx(x.size());
-                for (size_t i = 0; i < x.size(); ++i) {
-                    hx[i] = fp32_to_fp16(x[i]);
-                    x[i] = fp16_to_fp32(hx[i]);
-                }
-                cudaMemcpy(static_cast<uint16_t*>(dst.p) + off(s, 0), hx.data(), hx.size() * 2, cudaMemcpyHostToDevice);
-            } else {
-                cudaMemcpy(static_cast<float*>(dst.p) + off(s, 0), x.data(), x.size() * 4, cudaMemcpyHostToDevice);
-            }
-            std::copy(x.begin(), x.end(), h.begin() + std::ptrdiff_t(hoff(s, 0)));
-        }
-    }
-    cuda::KvView view() const {
-        cuda::KvView kv;
-        kv.k = dk.p;
-        kv.v = dv.p;
-        kv.f16 = f16;
-        kv.d = d;
-        kv.n_kv = n_kv;
-        kv.n_ctx = n_ctx;
-        kv.n_slots = n_slots;
-        return kv;
-    }
-};
-
-// softmax(scale q.K[j]) V[j] over j <= pos[t] of slot[t], in double: out [T][n_head][d].
-std::vector<float> ref_attention(const Cache& c, const std::vector<float>& q, int64_t n_head,
-                                 const std::vector<int32_t>& pos, const std::vector<int32_t>& slot, float scale) {
-    const int64_t d = c.d, group = n_head / c.n_kv, T = int64_t(pos.size());
-    std::vector<float> out(size_t(T * n_head * d));
-    std::vector<double> sc, acc(static_cast<size_t>(d));
-    for (int64_t t = 0; t < T; ++t)
-        for (int64_t h = 0; h < n_head; ++h) {
-            const int64_t g = h / group, n = pos[size_t(t)] + 1;
-            const float* qh = &q[size_t((t * n_head + h) * d)];
-            sc.assign(size_t(n), 0.0);
-            double mx = -INFINITY;
-            for (int64_t j = 0; j < n; ++j) {
-                const float* kr = &c.k[c.hoff(slot[size_t(t)], j) + size_t(g * d)];
-                double s = 0;
-                for (int64_t e = 0; e < d; ++e) s += double(qh[e]) * kr[e];
-                sc[size_t(j)] = s * scale;
-                mx = std::max(mx, sc[size_t(j)]);
-            }
-            double sum = 0;
-            std::fill(acc.begin(), acc.end(), 0.0);
-            for (int64_t j = 0; j < n; ++j) {
-                const double p = std::exp(sc[size_t(j)] - mx);
-                sum += p;
-                const float* vr = &c.v[c.hoff(slot[size_t(t)], j) + size_t(g * d)];
-                for (int64_t e = 0; e < d; ++e) acc[size_t(e)] += p * vr[e];
-            }
-            for (int64_t e = 0; e < d; ++e) out[size_t((t * n_head + h) * d + e)] = float(acc[size_t(e)] / sum);
-        }
-    return out;
-}
+using Cache = test::KvTestCache;
+using test::ref_attention;
 
 // One attention call on the device; the output is poisoned first.
 struct AttnRun {

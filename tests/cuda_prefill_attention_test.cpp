@@ -32,6 +32,7 @@
 #ifdef QINFER_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "cuda_attention_testutil.h"
 #include "runtime/cuda/kernels.h"
 #endif
 
@@ -43,120 +44,12 @@ using test::randn;
 
 #define CU(call) ASSERT_EQ((call), cudaSuccess) << #call
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kTol = 5e-3;
 
-// Device buffer of `bytes`, freed with the object.
-struct Dev {
-    void* p = nullptr;
-    size_t bytes = 0;
-    explicit Dev(size_t b) : bytes(std::max<size_t>(b, 16)) {
-        if (cudaMalloc(&p, bytes) != cudaSuccess) p = nullptr;
-    }
-    ~Dev() { cudaFree(p); }
-    Dev(const Dev&) = delete;
-    Dev& operator=(const Dev&) = delete;
-    template <typename T> T* as() const { return static_cast<T*>(p); }
-};
-
-// A KV cache {d, n_kv, n_ctx, n_slots} on the device with its host copy (f32,
-// the values the device holds). Everything not filled is NaN on both sides, so
-// a key read past what a step may see poisons the output.
-struct Cache {
-    int64_t d, n_kv, n_ctx, n_slots;
-    bool f16;
-    std::vector<float> k, v;
-    Dev dk, dv;
-    Cache(int64_t d_, int64_t n_kv_, int64_t n_ctx_, int64_t n_slots_, bool f16_ = true)
-        : d(d_), n_kv(n_kv_), n_ctx(n_ctx_), n_slots(n_slots_), f16(f16_), dk(bytes()), dv(bytes()) {
-        if (dk.p) cudaMemset(dk.p, 0xFF, bytes());
-        if (dv.p) cudaMemset(dv.p, 0xFF, bytes());
-        k.assign(size_t(d * n_kv * n_ctx * n_slots), kNaN);
-        v.assign(k.size(), kNaN);
-    }
-    size_t elt() const { return f16 ? 2 : 4; }
-    size_t bytes() const { return size_t(d * n_kv * n_ctx * n_slots) * elt(); }
-    size_t off(int64_t s, int64_t p) const { return size_t((s * n_ctx + p) * n_kv * d); }  // first element of a row
-    // Random rows [0, n) of slot s (f16-rounded where the cache is f16); rows [n, n_ctx) back to NaN.
-    void fill(int64_t s, int64_t n, uint32_t seed) {
-        ASSERT_LE(n, n_ctx);
-        const size_t row = size_t(n_kv * d);
-        for (int which = 0; which < 2; ++which) {
-            std::vector<float> x = randn(size_t(n) * row, seed + uint32_t(which));
-            std::vector<float>& h = which ? v : k;
-            const Dev& dst = which ? dv : dk;
-            char* base = static_cast<char*>(dst.p);
-            if (f16) {
-                std::vector<uint16_t> hx(x.size());
-                for (size_t i = 0; i < x.size(); ++i) {
-                    hx[i] = fp32_to_fp16(x[i]);
-                    x[i] = fp16_to_fp32(hx[i]);
-                }
-                CU(cudaMemcpy(base + off(s, 0) * 2, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-            } else {
-                CU(cudaMemcpy(base + off(s, 0) * 4, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-            }
-            CU(cudaMemset(base + off(s, n) * elt(), 0xFF, size_t(n_ctx - n) * row * elt()));
-            std::copy(x.begin(), x.end(), h.begin() + std::ptrdiff_t(off(s, 0)));
-            std::fill(h.begin() + std::ptrdiff_t(off(s, n)), h.begin() + std::ptrdiff_t(off(s + 1, 0)), kNaN);
-        }
-    }
-    cuda::KvView view() const {
-        cuda::KvView kv;
-        kv.k = dk.p;
-        kv.v = dv.p;
-        kv.f16 = f16;
-        kv.d = d;
-        kv.n_kv = n_kv;
-        kv.n_ctx = n_ctx;
-        kv.n_slots = n_slots;
-        return kv;
-    }
-};
-
-// softmax(scale q.K[j]) V[j] over j <= pos[t] of slot[t], in double, for the
-// tokens listed (all when empty); q and out [T][n_head][d]. Threads over tokens.
-std::vector<float> ref_attention(const Cache& c, const std::vector<float>& q, int64_t n_head,
-                                 const std::vector<int32_t>& pos, const std::vector<int32_t>& slot, float scale,
-                                 std::vector<int64_t> tokens = {}) {
-    const int64_t d = c.d, group = n_head / c.n_kv, T = int64_t(pos.size());
-    if (tokens.empty())
-        for (int64_t t = 0; t < T; ++t) tokens.push_back(t);
-    std::vector<float> out(size_t(T * n_head * d), kNaN);
-    auto one = [&](int64_t t) {
-        std::vector<double> sc, acc(static_cast<size_t>(d));
-        for (int64_t h = 0; h < n_head; ++h) {
-            const int64_t g = h / group, n = pos[size_t(t)] + 1, s = slot[size_t(t)];
-            const float* qh = &q[size_t((t * n_head + h) * d)];
-            sc.assign(size_t(n), 0.0);
-            double mx = -INFINITY;
-            for (int64_t j = 0; j < n; ++j) {
-                const float* kr = &c.k[c.off(s, j) + size_t(g * d)];
-                double dot = 0;
-                for (int64_t e = 0; e < d; ++e) dot += double(qh[e]) * kr[e];
-                sc[size_t(j)] = dot * scale;
-                mx = std::max(mx, sc[size_t(j)]);
-            }
-            double sum = 0;
-            std::fill(acc.begin(), acc.end(), 0.0);
-            for (int64_t j = 0; j < n; ++j) {
-                const double p = std::exp(sc[size_t(j)] - mx);
-                sum += p;
-                const float* vr = &c.v[c.off(s, j) + size_t(g * d)];
-                for (int64_t e = 0; e < d; ++e) acc[size_t(e)] += p * vr[e];
-            }
-            for (int64_t e = 0; e < d; ++e) out[size_t((t * n_head + h) * d + e)] = float(acc[size_t(e)] / sum);
-        }
-    };
-    const size_t nt = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
-    std::vector<std::thread> pool;
-    for (size_t w = 0; w < nt; ++w)
-        pool.emplace_back([&, w] {
-            for (size_t i = w; i < tokens.size(); i += nt) one(tokens[i]);
-        });
-    for (auto& th : pool) th.join();
-    return out;
-}
+using Cache = test::KvTestCache;
+using test::Dev;
+using test::kNaN;
+using test::ref_attention;
 
 // Compares got with ref over the listed tokens (all when empty): every value
 // finite and max |ref - got| <= tol (1 + max |ref|). The message names the worst

@@ -59,6 +59,29 @@ __device__ __forceinline__ int attn_splits_used(int n, int ns) {
     return (n + c - 1) / c;
 }
 
+// What a split block (kv head g = blockIdx.x, token t = blockIdx.y, split =
+// blockIdx.z) works on: keys [j0, j1) of its token's sequence (empty past the
+// context), how many splits are in use (nu == 1: it writes the output itself),
+// and its kv head's first K and V rows (row stride n_kv * D elements).
+template <typename KT> struct AttnSplitWork {
+    int j0, j1, nu;
+    const KT* K;
+    const KT* V;
+};
+template <int D, typename KT> __device__ __forceinline__ AttnSplitWork<KT> attn_split_work(const AttnArgs& a) {
+    const int g = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
+    const int n = a.pos[t] + 1;
+    const int chunk = attn_chunk(n, a.n_split);
+    AttnSplitWork<KT> w;
+    w.nu = (n + chunk - 1) / chunk;
+    w.j0 = split * chunk;
+    w.j1 = min(n, w.j0 + chunk);
+    const int64_t first = (int64_t(a.slot[t]) * a.n_ctx * a.n_kv + g) * D;
+    w.K = static_cast<const KT*>(a.K) + first;
+    w.V = static_cast<const KT*>(a.V) + first;
+    return w;
+}
+
 // 16 bytes of K/V as floats.
 template <typename KT> __device__ __forceinline__ void to_floats(const int4& v, float (&f)[16 / sizeof(KT)]);
 template <> __device__ __forceinline__ void to_floats<__half>(const int4& v, float (&f)[8]) {
@@ -131,17 +154,12 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
     const int tid = threadIdx.x, lane = tid % WARP, wid = tid / WARP;
     const int G = a.group;
     const int n_head = a.n_kv * G;
-    const int n = a.pos[t] + 1;
-    const int64_t slot = a.slot[t];
     const int ns = a.n_split;
-    const int chunk = attn_chunk(n, ns);
-    const int nu = (n + chunk - 1) / chunk;
-    const int j0 = split * chunk;
-    const int j1 = min(n, j0 + chunk);
+    const AttnSplitWork<KT> sw = attn_split_work<D, KT>(a);
+    const int j0 = sw.j0, j1 = sw.j1, nu = sw.nu;
     if (j0 >= j1) return;  // a split past the context (block-uniform): nothing to write either
-
-    const KT* Kb = static_cast<const KT*>(a.K) + (slot * a.n_ctx * a.n_kv + g) * D;
-    const KT* Vb = static_cast<const KT*>(a.V) + (slot * a.n_ctx * a.n_kv + g) * D;
+    const KT* Kb = sw.K;
+    const KT* Vb = sw.V;
     const int64_t row_stride = int64_t(a.n_kv) * D;
     // the first tile's loads go out before q is staged
     attn_load_tile<D, KT>(ks, Kb, row_stride, j0, min(TK, j1 - j0));
@@ -374,17 +392,12 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
     const int h0 = 2 * quad, h1 = 2 * quad + 1;  // this thread's heads in the accumulators
     const int G = a.group;
     const int n_head = a.n_kv * G;
-    const int n = a.pos[t] + 1;
-    const int64_t slot = a.slot[t];
     const int ns = a.n_split;
-    const int chunk = attn_chunk(n, ns);
-    const int nu = (n + chunk - 1) / chunk;
-    const int j0 = split * chunk;
-    const int j1 = min(n, j0 + chunk);
+    const AttnSplitWork<__half> sw = attn_split_work<D, __half>(a);
+    const int j0 = sw.j0, j1 = sw.j1, nu = sw.nu;
     if (j0 >= j1) return;  // a split past the context (block-uniform)
-
-    const __half* Kb = static_cast<const __half*>(a.K) + (slot * a.n_ctx * a.n_kv + g) * D;
-    const __half* Vb = static_cast<const __half*>(a.V) + (slot * a.n_ctx * a.n_kv + g) * D;
+    const __half* Kb = sw.K;
+    const __half* Vb = sw.V;
     const int64_t row_stride = int64_t(a.n_kv) * D;
     attn_load_tile_swz<D, TK>(ks, Kb, row_stride, j0, min(TK, j1 - j0));
     cp_async_commit();
