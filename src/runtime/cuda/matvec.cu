@@ -430,12 +430,8 @@ bool rows_kernel_supports(GgmlType t) {
 }
 
 // acc[0, RR) += rows [row0, row0 + RR) of w times the activations, this lane's
-// units; rows past N repeat row N - 1 (loaded, never written). DEPTH steps'
-// loads are in flight at once: a warp's time is its chain of dependent steps
-// (units / 32 of them: 9 for K = 9216), not its share of the bytes, so long
-// rows keep two steps in flight (the units and their order per lane are the
-// same, so the result is the same bits).
-template <GgmlType TY, int RR, int DEPTH, int R>
+// units; rows past N repeat row N - 1 (loaded, never written).
+template <GgmlType TY, int RR, int R>
 __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t N, const ActQ& A, int lane,
                                           float (&acc)[R]) {
     using U = RowUnit<TY>;
@@ -444,36 +440,22 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
 #pragma unroll
     for (int r = 0; r < RR; ++r) blk0[r] = (row0 + r < N ? row0 + r : N - 1) * w.bpr;
     int u = lane;
-    typename U::W cw[DEPTH][RR];
-    typename U::A ca[DEPTH];
+    typename U::W cw[RR];
+    if (u < units) {
 #pragma unroll
-    for (int d = 0; d < DEPTH; ++d)
-        if (u + WARP * d < units) {
-#pragma unroll
-            for (int r = 0; r < RR; ++r) cw[d][r] = U::load_w(w, blk0[r], u + WARP * d);
-        }
+        for (int r = 0; r < RR; ++r) cw[r] = U::load_w(w, blk0[r], u);
+    }
     pdl_wait();  // weights only so far; the activations are the previous kernel's output
     if (u >= units) return;
-#pragma unroll
-    for (int d = 0; d < DEPTH; ++d)
-        if (u + WARP * d < units) ca[d] = U::load_a(A, u + WARP * d);
+    typename U::A ca = U::load_a(A, u);
     for (;;) {
 #pragma unroll
-        for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[0][r], ca[0], u);
+        for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[r], ca, u);
         u += WARP;
         if (u >= units) return;
+        ca = U::load_a(A, u);
 #pragma unroll
-        for (int d = 0; d + 1 < DEPTH; ++d) {
-            ca[d] = ca[d + 1];
-#pragma unroll
-            for (int r = 0; r < RR; ++r) cw[d][r] = cw[d + 1][r];
-        }
-        const int un = u + WARP * (DEPTH - 1);  // the step that enters the pipeline
-        if (un < units) {
-            ca[DEPTH - 1] = U::load_a(A, un);
-#pragma unroll
-            for (int r = 0; r < RR; ++r) cw[DEPTH - 1][r] = U::load_w(w, blk0[r], un);
-        }
+        for (int r = 0; r < RR; ++r) cw[r] = U::load_w(w, blk0[r], u);
     }
 }
 
@@ -501,13 +483,11 @@ __device__ __forceinline__ void conv_row(const ConvAfter& cv, int64_t c, int64_t
 // Blocks per SM asked of the register allocator: Q4_K at R = 4 takes ~120
 // registers unbounded (4 blocks, 16 warps per SM), which would leave a gate+up
 // pair of 2 x 9216 rows in more than two waves.
-// Two steps in flight take up to 107 registers without spills at 4 blocks (16
-// warps) per SM; the launches that use them (R <= 2) have 10-19 warps per SM.
-constexpr int rows_min_blocks(int R, int DEPTH) { return DEPTH > 1 ? 4 : R >= 8 ? 4 : R == 4 ? 6 : 8; }
+constexpr int rows_min_blocks(int R) { return R >= 8 ? 4 : R == 4 ? 6 : 8; }
 
 // TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
-template <int R, int TYI, int DEPTH>
-__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, DEPTH)) mmv_rows_kernel(MvBatch b, ActQ A) {
+template <int R, int TYI>
+__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R)) mmv_rows_kernel(MvBatch b, ActQ A) {
     int ji = 0;
 #pragma unroll
     for (int i = 1; i < kMaxMatvecJobs; ++i)
@@ -522,10 +502,9 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, DEPTH)) m
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.f;
-        if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, DEPTH>(j.w, row0, j.N, A, lane, acc);
-        else if (type == GgmlType::Q5_K)
-            rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), DEPTH>(j.w, row0, j.N, A, lane, acc);
-        else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), DEPTH>(j.w, row0, j.N, A, lane, acc);
+        if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R>(j.w, row0, j.N, A, lane, acc);
+        else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1)>(j.w, row0, j.N, A, lane, acc);
+        else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1)>(j.w, row0, j.N, A, lane, acc);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             if (r >= rpw || row0 + r >= j.N) break;
@@ -541,26 +520,16 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, DEPTH)) m
     }
 }
 
-template <int R, int DEPTH>
+template <int R>
 void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const ActQ& act) {
     const dim3 grid{unsigned(blocks)}, block{MMV_WARPS * WARP};
     const char* what = "matmul_vec (rows)";
-    if (mixed) return launch(what, mmv_rows_kernel<R, -1, DEPTH>, grid, block, 0, s, b, act);
+    if (mixed) return launch(what, mmv_rows_kernel<R, -1>, grid, block, 0, s, b, act);
     switch (GgmlType(b.job[0].type)) {
-        case GgmlType::Q4_K:
-            return launch(what, mmv_rows_kernel<R, int(GgmlType::Q4_K), DEPTH>, grid, block, 0, s, b, act);
-        case GgmlType::Q5_K:
-            return launch(what, mmv_rows_kernel<R, int(GgmlType::Q5_K), DEPTH>, grid, block, 0, s, b, act);
-        default: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q6_K), DEPTH>, grid, block, 0, s, b, act);
+        case GgmlType::Q4_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q4_K)>, grid, block, 0, s, b, act);
+        case GgmlType::Q5_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q5_K)>, grid, block, 0, s, b, act);
+        default: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q6_K)>, grid, block, 0, s, b, act);
     }
-}
-
-// Steps in flight per warp (rows_lane): 2 for launches of 1 or 2 rows per warp
-// (the long rows), 1 for 4 and 8, whose registers would cost occupancy.
-// QINFER_CUDA_MV_DEPTH=1 keeps one everywhere (A/B).
-bool rows_depth2() {
-    static const bool on = env_int("QINFER_CUDA_MV_DEPTH", 1, 2, 2) == 2;
-    return on;
 }
 
 // Jobs of K-quant types only (rows_kernel_supports).
@@ -580,11 +549,10 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
     }
     if (blocks >= (int64_t(1) << 31)) fail(strfmt("CUDA matvec: %lld blocks", (long long)blocks));
     if (blocks == 0) return;
-    const bool deep = rows_depth2();
-    if (R == 1) deep ? rows_start<1, 2>(b, int(blocks), mixed, s, act) : rows_start<1, 1>(b, int(blocks), mixed, s, act);
-    else if (R == 2) deep ? rows_start<2, 2>(b, int(blocks), mixed, s, act) : rows_start<2, 1>(b, int(blocks), mixed, s, act);
-    else if (R == 8) rows_start<8, 1>(b, int(blocks), mixed, s, act);
-    else rows_start<4, 1>(b, int(blocks), mixed, s, act);
+    if (R == 1) rows_start<1>(b, int(blocks), mixed, s, act);
+    else if (R == 2) rows_start<2>(b, int(blocks), mixed, s, act);
+    else if (R == 8) rows_start<8>(b, int(blocks), mixed, s, act);
+    else rows_start<4>(b, int(blocks), mixed, s, act);
 }
 
 }  // namespace
