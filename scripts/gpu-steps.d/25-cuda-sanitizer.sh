@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck on short runs: a few kernel tests and qinfer logits
 # on two tiny reference models (prefill + the graph-replayed decode path).
-#   bash 40-cuda-sanitizer.sh BUILD_DIR REF_DIR OUT_DIR
+#   bash 25-cuda-sanitizer.sh BUILD_DIR REF_DIR OUT_DIR
 set -uo pipefail
 BUILD=$1; REF=$2; OUT=$3
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
@@ -17,6 +17,11 @@ chk() {  # name cmd...
 }
 chk ops "$BUILD/tests/cuda_ops_test" --gtest_filter='CudaOps.*:*CudaAttention.*d64*:*CudaDeltaNet.*/0:CudaGraphs.*'
 chk kernels "$BUILD/tests/cuda_kernels_test" --gtest_filter='*Q4_K*:*Q6_K*:*Q5_0*:CudaArgmax.*:CudaQuantize.*'
+# decode (tensor-core split kernel, its merge) and prompt attention: cp.async
+# tiles, zero-filled tails, poisoned caches
+chk attention "$BUILD/tests/cuda_decode_test" \
+  --gtest_filter='*CudaDecodeAttention.*d256_g4_f16:*CudaDecodeAttention.*d64_g8_f16:*CudaDecodeAttention.*d128_g2_f32:CudaDecodeAttentionGraph.*'
+chk attention-prefill "$BUILD/tests/cuda_prefill_attention_test" --gtest_filter='*CudaPrefillAttention.*d256_g4:CudaPrefillAttentionDeclines.*'
 chk model "$BUILD/tests/cuda_model_test" --gtest_filter='*tiny_qwen35_q4_k_m*'
 for m in tiny-qwen35.q4_k_m tiny-qwen3.q4_k_m; do
   [ -f "$REF/$m.gguf" ] || continue
