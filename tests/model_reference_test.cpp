@@ -234,6 +234,42 @@ TEST(ReferenceF16Cache, StaysWithinTolerance) {
     EXPECT_EQ(s.agree, s.compared) << s.first_mismatch;
 }
 
+// A q8_0 KV cache (CPU backend) on the three architectures: K and V rows
+// rounded to 8 bits per element move these tiny random models' logits by up to
+// 4.1% of the largest (tiny-qwen3.q4_k_m s64; 0.4% for the f16 model), so the
+// bound is 6% and top-1 agreement on 90% of the positions away from near-ties
+// (the quantized models' 0.3 margin). Also: its snapshots restore the same
+// state (the server's prompt cache copies q8_0 rows as bytes).
+TEST(ReferenceQ8Cache, StaysWithinTolerance) {
+    for (const char* stem : {"tiny-qwen35.q4_k_m", "tiny-qwen35.f16", "tiny-qwen3.q4_k_m", "tiny-qwen2.q8_0"}) {
+        const std::string model_path = find_ref(std::string(stem) + ".gguf");
+        const std::string json_path = find_ref(std::string(stem) + ".s64.json");
+        if (model_path.empty() || json_path.empty()) GTEST_SKIP() << stem << ": reference files not available";
+        const nlohmann::json j = read_json(json_path);
+        const std::vector<float> ref = test::read_f32(find_ref(std::string(stem) + ".s64.logits.bin"));
+        auto m = load(model_path, GgmlType::Q8_0);
+        const std::vector<int> ids = j["ids"].get<std::vector<int>>();
+        const RunResult r = run(*m, ids, 1);
+        const Stats s = compare(r.logits, ref, m->hparams().n_vocab, j, 0.3);
+        std::printf("[ %s s64 q8_0 KV ] max|diff| %.3g (%.3g of max|ref|), top-1 %d/%d\n", stem, s.max_diff,
+                    s.max_diff / s.max_ref, s.agree, s.compared);
+        EXPECT_LE(s.max_diff, 6e-2 * s.max_ref) << stem;
+        EXPECT_GE(s.agree, int(std::ceil(0.9 * s.compared))) << stem << ": " << s.first_mismatch;
+
+        // snapshot after the prompt, one more token, restore, the same token again: the same logits
+        const int64_t V = m->hparams().n_vocab;
+        const auto snap = m->save_slot(0);
+        std::vector<float> a, b;
+        Batch d;
+        d.add(r.greedy[0], int32_t(ids.size()), 0, true);
+        m->forward(d, a);
+        m->restore_slot(0, *snap);
+        m->forward(d, b);
+        ASSERT_EQ(a.size(), size_t(V));
+        EXPECT_EQ(a, b) << stem << ": the restored q8_0 cache gave other logits";
+    }
+}
+
 std::string case_name(const ::testing::TestParamInfo<ReferenceTest::ParamType>& info) {
     std::string s = std::string(std::get<0>(info.param).model) + "_" + std::get<1>(info.param);
     for (char& ch : s)

@@ -214,6 +214,27 @@ TEST(RunCli, BadInputGivesErrors) {
     }
 }
 
+TEST(RunCli, KvCacheTypeFlags) {
+    // -ctk / --kv-type sets the type of K and V; -ctv may repeat it but not
+    // differ. q8_0 (CPU backend) runs; unknown types are refused by name.
+    REQUIRE_MODEL(m, "tiny-qwen35.f16.gguf");
+    int rc = 0;
+    std::string err;
+    const std::string base = "run -m " + quote(m) + " --ids " + kPromptIds + " -n 4 --temp 0 --print-ids -ngl 0 ";
+    for (const char* flags : {"", "-ctk f16 -ctv f16", "--kv-type f32", "-ctk q8_0 -ctv q8_0", "--cache-type-k q8_0"}) {
+        const std::string out = run(base + flags, &rc, &err);
+        EXPECT_EQ(rc, 0) << flags << ": " << err;
+        EXPECT_EQ(std::count(out.begin(), out.end(), ' '), 3) << flags << ": " << out;  // 4 ids
+    }
+    const std::pair<const char*, const char*> bad_flags[] = {
+        {"-ctk q4_0", "--kv-type"}, {"-ctk q8_0 -ctv f16", "--cache-type-v"}, {"-ctv bf16", "--cache-type-v"}};
+    for (const auto& [flag, named] : bad_flags) {
+        run(base + flag, &rc, &err);
+        EXPECT_NE(rc, 0) << flag;
+        EXPECT_NE(err.find(named), std::string::npos) << flag << ": " << err;
+    }
+}
+
 TEST(RunCli, GpuLayersFlag) {
     // auto (the default), all and N are accepted; without a GPU they all run on
     // the CPU, and the greedy ids do not change. Anything else is a clear error.

@@ -242,20 +242,31 @@ TEST(RuntimeOps, PartialRopeNeox) {
 // Host attention over a host copy of the cache, for any sequence of steps.
 struct HostAttention {
     int64_t d, n_head, n_kv;
-    bool f16;
+    GgmlType kv;  // the cache type: rows as the cache holds them
     std::map<std::pair<int, int>, std::vector<double>> K, V;  // (slot, pos) -> n_kv * d
 
     std::vector<double> step(const StepInfo& st, const std::vector<float>& q, const std::vector<float>& k,
                              const std::vector<float>& v, double scale) {
-        auto round = [&](float x) { return f16 ? double(fp16_to_fp32(fp32_to_fp16(x))) : double(x); };
+        // one kv head's row of d values as the cache stores it
+        auto round_row = [&](const float* x, std::vector<double>& out) {
+            std::vector<float> r(x, x + d);
+            if (kv == GgmlType::F16)
+                for (float& e : r) e = fp16_to_fp32(fp32_to_fp16(e));
+            if (kv == GgmlType::Q8_0) {
+                std::vector<uint8_t> blocks(row_bytes(kv, d));
+                quantize_row(kv, x, blocks.data(), d);
+                dequantize_row(kv, blocks.data(), r.data(), d);
+            }
+            out.insert(out.end(), r.begin(), r.end());
+        };
         for (int t = 0; t < st.n_tokens; ++t) {
             auto& kr = K[{st.slot[size_t(t)], st.pos[size_t(t)]}];
             auto& vr = V[{st.slot[size_t(t)], st.pos[size_t(t)]}];
             kr.clear();
             vr.clear();
-            for (int64_t i = 0; i < n_kv * d; ++i) {
-                kr.push_back(round(k[size_t(t * n_kv * d + i)]));
-                vr.push_back(round(v[size_t(t * n_kv * d + i)]));
+            for (int64_t g = 0; g < n_kv; ++g) {
+                round_row(&k[size_t((t * n_kv + g) * d)], kr);
+                round_row(&v[size_t((t * n_kv + g) * d)], vr);
             }
         }
         std::vector<double> out;
@@ -285,11 +296,12 @@ struct HostAttention {
 
 TEST(RuntimeOps, AttentionGqaSlotsAndSteps) {
     const int64_t d = 32, n_head = 4, n_kv = 2, n_ctx = 8, n_slots = 2;
-    for (GgmlType kv : {GgmlType::F32, GgmlType::F16}) {
+    for (GgmlType kv : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0}) {
         for (auto& bp : backends()) {
             Backend& be = *bp;
+            if (!be.supports_kv_type(kv)) continue;  // (q8_0: CPU only so far)
             KvCache cache{be.alloc(kv, {d, n_kv, n_ctx, n_slots}), be.alloc(kv, {d, n_kv, n_ctx, n_slots})};
-            HostAttention ref{d, n_head, n_kv, kv == GgmlType::F16, {}, {}};
+            HostAttention ref{d, n_head, n_kv, kv, {}, {}};
             // step 1: slot 1 prompt of 3, slot 0 prompt of 2; step 2: one token each; step 3: slot 0 chunk of 4.
             const std::vector<std::vector<StepInfo::Segment>> steps = {
                 {{0, 3, 1, 0}, {0, 2, 0, 0}}, {{0, 1, 0, 2}, {0, 1, 1, 3}}, {{0, 4, 0, 3}}};
@@ -303,8 +315,10 @@ TEST(RuntimeOps, AttentionGqaSlotsAndSteps) {
                 Tensor out = be.alloc(GgmlType::F32, {d, n_head, T});
                 be.attention(upload(be, q, {d, n_head, T}), upload(be, k, {d, n_kv, T}), upload(be, v, {d, n_kv, T}),
                              cache, st, 0.25f, out);
+                // the reference holds the cache's rounded rows: what is left is f32 arithmetic
+                // (and the f16 kernels' own conversions)
                 expect_near_all(download(be, out), ref.step(st, q, k, v, 0.25), kv == GgmlType::F16 ? 2e-3 : 1e-5,
-                                kv == GgmlType::F16 ? "attention f16 cache" : "attention f32 cache");
+                                (std::string("attention ") + type_name(kv) + " cache").c_str());
             }
         }
     }
@@ -434,7 +448,7 @@ TEST(RuntimeOps, CpuResultsIndependentOfThreadCount) {
                       st, 0.125f, out);
         results[which].push_back(download(*be, out));
         if (which == 0) {  // more than one block of positions per task: the online-softmax rescaling
-            HostAttention ref{d, n_head, n_kv, true, {}, {}};
+            HostAttention ref{d, n_head, n_kv, GgmlType::F16, {}, {}};
             expect_near_all(results[0].back(), ref.step(st, q, k, v, 0.125), 2e-3, "attention, 300 tokens");
         }
 

@@ -30,6 +30,15 @@ namespace chat {
 class ChatTemplate;
 }
 
+// Element type of the KV cache. q8_0 (GGUF's Q8_0 block: an f16 scale and 32
+// int8 values, 34 bytes per 32) takes about half the memory of f16, for long
+// contexts; so far only the CPU backend runs it (a GPU attention layer refuses
+// it at load).
+enum class KvCacheType { F16, F32, Q8_0 };
+const char* kv_cache_type_name(KvCacheType t);  // "f16", "f32", "q8_0"
+// "f16", "f32" or "q8_0"; anything else fails with a message naming the choices.
+KvCacheType parse_kv_cache_type(const std::string& name);
+
 struct EngineOptions {
     int n_ctx = 0;           // tokens of context per slot; 0 = min(training context, 4096)
     int n_batch = 0;         // max tokens per forward call (prompt chunks); 0 = 2048 with the whole model on the GPU, else 512
@@ -37,7 +46,7 @@ struct EngineOptions {
     int n_threads = 0;       // CPU threads; 0 = physical cores
     int gpu_layers = 0;      // layers on the GPU (> n_layer: all, head too); -1 = auto (as many as fit)
     uint64_t vram_limit = 0; // bytes the GPU may use (0 = what is free)
-    bool kv_f32 = false;     // KV cache in f32 instead of f16
+    KvCacheType kv_type = KvCacheType::F16;
     // Batches of at least this many tokens run the layers kept in host memory
     // on the GPU too, streaming their weights (llama.cpp's op offload). 0 = off.
     int op_offload_min_batch = 0;

@@ -326,7 +326,7 @@ int cmd_bench(int argc, char** argv) {
     CLI::App app{"Prompt processing / generation throughput (llama-bench layout)", "qinfer bench"};
     std::string model_path, p_str = "512", n_str = "128", t_str, ngl_str = "0", d_str = "0", np_str = "1", out = "md";
     int reps = 5, n_batch = 0, op_offload_min_batch = kOpOffloadMinBatch;
-    std::string kv_type = "f16";
+    std::string kv_type = "f16", kv_type_v;
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
     app.add_option("-p,--n-prompt", p_str, "prompt lengths (comma list; 0 = skip pp)");
     app.add_option("-n,--n-gen", n_str, "generation lengths (comma list; 0 = skip tg)");
@@ -339,8 +339,7 @@ int cmd_bench(int argc, char** argv) {
                    "max tokens per forward pass (default: 2048 with the whole model on the GPU, else 512, as run)")
         ->check(CLI::Range(1, 65536));
     add_op_offload_flags(app, op_offload_min_batch);
-    app.add_option("--kv-type,--cache-type-k", kv_type, "KV cache type (-ctk): f16 or f32")
-        ->check(CLI::IsMember({"f16", "f32"}));
+    add_kv_type_flags(app, kv_type, kv_type_v);
     app.add_option("-o,--output", out, "output format: md, json or csv")->check(CLI::IsMember({"md", "json", "csv"}));
     std::vector<std::string> arg_storage;
     std::vector<char*> args = normalize_llama_flags(argc, argv, arg_storage);
@@ -384,7 +383,7 @@ int cmd_bench(int argc, char** argv) {
             eo.n_batch = n_batch;
             eo.n_threads = threads;
             eo.gpu_layers = ngl;
-            eo.kv_f32 = kv_type == "f32";
+            eo.kv_type = kv_type_from_flags(kv_type, kv_type_v);
             eo.op_offload_min_batch = op_offload_min_batch;
             auto engine = Engine::load(model_path, eo);
             const ModelInfo info = engine->info();

@@ -47,7 +47,7 @@ int cmd_logits(int argc, char** argv) {
     app.add_option("-o,--out", out_path, "output file (float32 little-endian)")->required();
     app.add_option("-t,--threads", threads, "CPU threads (default: physical cores)");
     app.add_option("-c,--ctx-size", ctx, "context size (default: number of ids)");
-    app.add_option("--kv-type", kv, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
+    app.add_option("--kv-type", kv, "KV cache type: f16, f32 or q8_0")->check(CLI::IsMember({"f16", "f32", "q8_0"}));
     try {
         std::vector<std::string> storage;
         std::vector<char*> args = normalize_llama_flags(argc, argv, storage);
@@ -62,7 +62,7 @@ int cmd_logits(int argc, char** argv) {
     opt.gpu_layers = gpu_layers;
     opt.n_ctx = ctx > 0 ? ctx : int(ids.size());
     opt.n_batch = int(ids.size());
-    opt.kv_type = kv == "f32" ? GgmlType::F32 : GgmlType::F16;
+    opt.kv_type = kv == "f32" ? GgmlType::F32 : kv == "q8_0" ? GgmlType::Q8_0 : GgmlType::F16;
     if (int(ids.size()) > opt.n_ctx)
         fail(strfmt("%zu ids do not fit a context of %d tokens", ids.size(), opt.n_ctx));
 

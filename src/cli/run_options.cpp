@@ -21,7 +21,7 @@ std::vector<char*> normalize_llama_flags(int argc, char** argv, std::vector<std:
     static const struct {
         const char* from;
         const char* to;
-    } kMap[] = {{"-ngl", "--gpu-layers"}, {"-sys", "--system-prompt"}, {"-ctk", "--kv-type"}};
+    } kMap[] = {{"-ngl", "--gpu-layers"}, {"-sys", "--system-prompt"}, {"-ctk", "--kv-type"}, {"-ctv", "--cache-type-v"}};
     storage.assign(argv, argv + argc);
     for (std::string& a : storage)
         for (const auto& m : kMap)
@@ -29,6 +29,22 @@ std::vector<char*> normalize_llama_flags(int argc, char** argv, std::vector<std:
     std::vector<char*> out;
     for (std::string& a : storage) out.push_back(a.data());
     return out;
+}
+
+void add_kv_type_flags(CLI::App& app, std::string& k, std::string& v) {
+    app.add_option("--kv-type,--cache-type-k", k,
+                   "KV cache type (-ctk) of keys and values: f16 (default), f32, or q8_0 (half of f16's memory; "
+                   "CPU backend only so far)")
+        ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
+    app.add_option("--cache-type-v", v, "V cache type (-ctv): must equal -ctk")
+        ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
+}
+
+KvCacheType kv_type_from_flags(const std::string& k, const std::string& v) {
+    if (!v.empty() && v != k)
+        fail(strfmt("--cache-type-v %s differs from --cache-type-k %s: K and V are cached in one type", v.c_str(),
+                    k.c_str()));
+    return parse_kv_cache_type(k);
 }
 
 void add_op_offload_flags(CLI::App& app, int& min_batch) {
@@ -51,8 +67,7 @@ void ModelFlags::add(CLI::App& app) {
     app.add_option("--gpu-layers,--n-gpu-layers", gpu_layers,
                    "layers on the GPU (-ngl): N (the last N layers), all, or auto (as many as fit; default)");
     app.add_option("--vram-limit", vram_limit, "GPU memory qinfer may use, e.g. 6GiB (default: what is free)");
-    app.add_option("--kv-type,--cache-type-k", kv_type, "KV cache type (-ctk): f16 or f32")
-        ->check(CLI::IsMember({"f16", "f32"}));
+    add_kv_type_flags(app, kv_type, kv_type_v);
     add_op_offload_flags(app, op_offload_min_batch);
     app.add_flag("--jinja", jinja, "render chats with the model's own Jinja template (default: built-in ChatML)");
     app.add_option("--chat-template-file", chat_template_file, "Jinja chat template to use instead of the model's");
@@ -65,7 +80,7 @@ EngineOptions ModelFlags::engine_options() const {
     o.n_threads = n_threads;
     o.gpu_layers = parse_gpu_layers(gpu_layers);
     if (!vram_limit.empty()) o.vram_limit = parse_bytes(vram_limit, "--vram-limit");
-    o.kv_f32 = kv_type == "f32";
+    o.kv_type = kv_type_from_flags(kv_type, kv_type_v);
     o.op_offload_min_batch = op_offload_min_batch;
     o.jinja = jinja;
     if (!chat_template_file.empty()) o.chat_template = read_file_text(chat_template_file);

@@ -9,7 +9,13 @@
 
 namespace qinfer::cli {
 
-// llama.cpp uses multi-letter short flags (-ngl, -sys, -ctk) that CLI11
+// --kv-type / --cache-type-k (-ctk) and --cache-type-v (-ctv) into `k` and `v`.
+// qinfer keeps K and V in one type: -ctk sets both, -ctv must agree with it.
+void add_kv_type_flags(CLI::App& app, std::string& k, std::string& v);
+// The cache type those flags ask for (fails when -ctv differs from -ctk).
+KvCacheType kv_type_from_flags(const std::string& k, const std::string& v);
+
+// llama.cpp uses multi-letter short flags (-ngl, -sys, -ctk, -ctv) that CLI11
 // cannot declare; they are rewritten to their long forms before parsing.
 std::vector<char*> normalize_llama_flags(int argc, char** argv, std::vector<std::string>& storage);
 
@@ -27,6 +33,7 @@ struct ModelFlags {
     std::string gpu_layers = "auto";  // N, "all" or "auto"
     std::string vram_limit;           // e.g. "8GiB"
     std::string kv_type = "f16";
+    std::string kv_type_v;  // --cache-type-v: must equal kv_type when given
     int op_offload_min_batch = kOpOffloadMinBatch;
     bool jinja = false;
     std::string chat_template_file;

@@ -97,6 +97,20 @@ struct Engine::Impl {
     std::vector<int32_t> slot_tokens;
 };
 
+const char* kv_cache_type_name(KvCacheType t) {
+    switch (t) {
+        case KvCacheType::F32: return "f32";
+        case KvCacheType::Q8_0: return "q8_0";
+        default: return "f16";
+    }
+}
+
+KvCacheType parse_kv_cache_type(const std::string& name) {
+    for (KvCacheType t : {KvCacheType::F16, KvCacheType::F32, KvCacheType::Q8_0})
+        if (name == kv_cache_type_name(t)) return t;
+    fail(strfmt("KV cache type '%s' is not one of f16, f32, q8_0", name.c_str()));
+}
+
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
@@ -112,7 +126,9 @@ std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOption
     mo.gpu_layers = opt.gpu_layers;
     mo.vram_limit = opt.vram_limit;
     mo.op_offload_min_batch = opt.op_offload_min_batch;
-    mo.kv_type = opt.kv_f32 ? GgmlType::F32 : GgmlType::F16;
+    mo.kv_type = opt.kv_type == KvCacheType::F32 ? GgmlType::F32
+                 : opt.kv_type == KvCacheType::Q8_0 ? GgmlType::Q8_0
+                                                    : GgmlType::F16;
     if (opt.n_ctx < 0) fail(strfmt("context size must be >= 0 (got %d)", opt.n_ctx));
     if (opt.n_ctx > 0) {
         mo.n_ctx = opt.n_ctx;

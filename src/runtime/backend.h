@@ -106,6 +106,8 @@ public:
     virtual std::string name() const = 0;  // "CPU", "CUDA0"
     // True when tensor data is ordinary host memory the CPU may touch directly.
     virtual bool host_memory() const = 0;
+    // Whether attention() takes a KV cache of this type (f16 and f32 everywhere).
+    virtual bool supports_kv_type(GgmlType t) const { return t == GgmlType::F16 || t == GgmlType::F32; }
 
     // ---- memory
     // Zero-initialized buffer; freed by free() or when the backend is destroyed.

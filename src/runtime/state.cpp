@@ -11,8 +11,11 @@ namespace qinfer {
 StateStore::StateStore(const HParams& hp, const StateConfig& cfg, const std::vector<Backend*>& layer_backend)
     : cfg_(cfg) {
     if (cfg.n_ctx <= 0 || cfg.n_slots <= 0) fail("state: n_ctx and n_slots must be positive");
-    if (cfg.kv_type != GgmlType::F16 && cfg.kv_type != GgmlType::F32)
-        fail(strfmt("state: KV cache type %s is not supported (f16 or f32)", type_name(cfg.kv_type)));
+    if (cfg.kv_type != GgmlType::F16 && cfg.kv_type != GgmlType::F32 && cfg.kv_type != GgmlType::Q8_0)
+        fail(strfmt("state: KV cache type %s is not supported (f16, f32 or q8_0)", type_name(cfg.kv_type)));
+    if (cfg.kv_type == GgmlType::Q8_0 && hp.head_dim % traits(GgmlType::Q8_0).block_size != 0)
+        fail(strfmt("state: a q8_0 KV cache needs a head dim that is a multiple of 32 (this model: %lld)",
+                    (long long)hp.head_dim));
     kv_.resize(size_t(hp.n_layer));
     rs_.resize(size_t(hp.n_layer));
     len_.assign(size_t(cfg.n_slots), 0);
@@ -24,6 +27,10 @@ StateStore::StateStore(const HParams& hp, const StateConfig& cfg, const std::vec
             r.S = be->alloc(GgmlType::F32, {hp.ssm_state, hp.ssm_state, hp.ssm_v_heads, cfg.n_slots}, "ssm_state");
             allocated_ += r.conv.nbytes() + r.S.nbytes();
         } else {
+            if (!be->supports_kv_type(cfg.kv_type))
+                fail(strfmt("state: KV cache type %s is not supported on %s yet (layer %lld); use an f16 cache "
+                            "or keep the attention layers on the CPU",
+                            type_name(cfg.kv_type), be->name().c_str(), (long long)il));
             KvCache& c = kv_[size_t(il)];
             c.k = be->alloc(cfg.kv_type, {hp.head_dim, hp.n_head_kv, cfg.n_ctx, cfg.n_slots}, "cache_k");
             c.v = be->alloc(cfg.kv_type, {hp.head_dim, hp.n_head_kv, cfg.n_ctx, cfg.n_slots}, "cache_v");

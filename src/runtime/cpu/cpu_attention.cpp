@@ -6,14 +6,17 @@
 // online softmax (running max, exp-sum, weighted V sum) block by block; a
 // second pass merges the ranges of a pair (as flash-decoding does). Decode cuts
 // the positions into fixed chunks so one token still spreads over all threads;
-// every cached K/V row is converted from f16 once per group; and since the
-// split depends only on the batch, the result does not depend on the thread count.
+// every cached K/V row is converted from f16 (or dequantized from q8_0) once
+// per group; and since the split depends only on the batch, the result does not
+// depend on the thread count. A q8_0 cache stores each row of a kv head as
+// head_dim / 32 blocks (the GGUF Q8_0 block: an f16 scale, 32 int8 values).
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "common/error.h"
 #include "common/fp16.h"
+#include "quant/quant.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/cpu_vec.h"
 
@@ -38,12 +41,12 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     const Tensor& V = cache.v;
     if (T != step.n_tokens || k.ne[0] != d || v.ne[0] != d || v.ne[1] != n_kv || k.ne[2] != T || v.ne[2] != T ||
         K.ne[0] != d || K.ne[1] != n_kv || n_head % n_kv != 0 || out.ne[0] != d || out.ne[1] != n_head ||
-        out.ne[2] != T || K.type != V.type || (K.type != GgmlType::F32 && K.type != GgmlType::F16))
+        out.ne[2] != T || K.type != V.type || !supports_kv_type(K.type) || d % traits(K.type).block_size != 0)
         fail(strfmt("attention: q %s, k %s, v %s, cache %s %s, out %s do not fit", shape_str(q).c_str(),
                     shape_str(k).c_str(), shape_str(v).c_str(), type_name(K.type), shape_str(K).c_str(),
                     shape_str(out).c_str()));
     const int64_t group = n_head / n_kv;
-    const bool f16 = K.type == GgmlType::F16;
+    const bool f16 = K.type == GgmlType::F16, q8 = K.type == GgmlType::Q8_0;
     const cpu::VecOps& vo = cpu::vec();
 
     // 1. Append this step's keys and values to the cache.
@@ -55,6 +58,9 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
             if (f16) {
                 vo.to_f16(k.row<float>(g, t), K.row<uint16_t>(g, p, s), d);
                 vo.to_f16(v.row<float>(g, t), V.row<uint16_t>(g, p, s), d);
+            } else if (q8) {
+                quantize_row(GgmlType::Q8_0, k.row<float>(g, t), K.row<void>(g, p, s), d);
+                quantize_row(GgmlType::Q8_0, v.row<float>(g, t), V.row<void>(g, p, s), d);
             } else {
                 std::copy_n(k.row<float>(g, t), d, K.row<float>(g, p, s));
                 std::copy_n(v.row<float>(g, t), d, V.row<float>(g, p, s));
@@ -84,6 +90,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     for (const Task& tk : tasks) work += double(tk.j1 - tk.j0) * double(group * d) * 2;
     parallel_rows(int64_t(tasks.size()), work / double(tasks.size()), [&](int64_t i0, int64_t i1) {
         std::vector<float> sc(size_t(group * kChunk));
+        std::vector<float> row(q8 ? size_t(d) : 0);  // a dequantized q8_0 K or V row
         for (int64_t i = i0; i < i1; ++i) {
             const Task& tk = tasks[size_t(i)];
             const int32_t s = step.slot[size_t(tk.t)];
@@ -99,6 +106,10 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                 const int64_t n = std::min(kChunk, tk.j1 - b0);
                 for (int64_t j = 0; j < n; ++j) {
                     const void* kr = K.row<void>(tk.g, b0 + j, s);
+                    if (q8) {
+                        dequantize_row(GgmlType::Q8_0, kr, row.data(), d);
+                        kr = row.data();
+                    }
                     for (int64_t h = 0; h < group; ++h) {
                         const float* qh = q.row<float>(tk.g * group + h, tk.t);
                         sc[size_t(h * kChunk + j)] =
@@ -122,6 +133,10 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                 }
                 for (int64_t j = 0; j < n; ++j) {
                     const void* vr = V.row<void>(tk.g, b0 + j, s);
+                    if (q8) {
+                        dequantize_row(GgmlType::Q8_0, vr, row.data(), d);
+                        vr = row.data();
+                    }
                     for (int64_t h = 0; h < group; ++h) {
                         float* acc = part + h * (d + 2) + 2;
                         const float w = sc[size_t(h * kChunk + j)];

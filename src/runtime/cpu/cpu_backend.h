@@ -23,6 +23,9 @@ public:
 
     std::string name() const override;
     bool host_memory() const override { return true; }
+    bool supports_kv_type(GgmlType t) const override {
+        return t == GgmlType::F16 || t == GgmlType::F32 || t == GgmlType::Q8_0;
+    }
     ThreadPool& pool() { return *pool_; }
 
     Tensor alloc(GgmlType type, std::initializer_list<int64_t> ne, const char* name) override;
