@@ -5,9 +5,9 @@
 // serves all query heads of the group, so every cached K/V byte is read once
 // per token; long contexts are split over the key range (flash-decoding) and
 // the partial softmax states are merged by a second kernel. The number of
-// splits launched depends only on the cache capacity, never on the current
-// length, so a captured decode step stays valid as the context grows: both
-// kernels read the length (pos) on the device and use only the first
+// splits launched depends only on the cache capacity and the device, never on
+// the current length, so a captured decode step stays valid as the context
+// grows: both kernels read the length (pos) on the device and use only the first
 // ceil(n / chunk) splits, chunk = n / splits rounded up to ATTN_SPLIT_ALIGN
 // keys. The others exit at once, and when one split covers the context it
 // writes the output itself and the merge kernel exits at once too: a 5-key

@@ -15,8 +15,9 @@ constexpr int64_t kF16MinRows = 256;
 constexpr int64_t kF16WeightChunkBytes = int64_t(64) << 20;
 
 // Decode attention splits the key range into one split per kAttnSplitAlign
-// positions of the cache capacity, at most kAttnMaxSplits; each leaves
-// (head_dim + kAttnPartHeader) floats per head and token.
+// positions of the cache capacity, at most kAttnMaxSplits (the launch may take
+// fewer: one wave of resident blocks); each leaves (head_dim + kAttnPartHeader)
+// floats per head and token, sized here for the maximum.
 constexpr int kAttnSplitAlign = 64;
 constexpr int kAttnMaxSplits = 128;
 constexpr int kAttnPartHeader = 4;
