@@ -34,7 +34,7 @@ struct ModelOptions {
     int n_batch = 512;
     int n_threads = 0;             // CPU threads; 0 = physical cores
     int gpu_layers = 0;            // layers on the GPU (-ngl; > n_layer: all + head); kGpuLayersAuto: planner
-    GgmlType kv_type = GgmlType::F16;  // F16 or F32
+    GgmlType kv_type = GgmlType::F16;  // F16, F32 or Q8_0 (where the layers' backends take it)
     uint64_t vram_limit = 0;       // bytes the GPU allocator may use (0 = what is free)
     // Prompt offload: batches of at least this many tokens run the layers that
     // live in host memory on the GPU too, their weights streamed over the bus

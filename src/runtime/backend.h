@@ -86,7 +86,7 @@ struct StepInfo {
 };
 
 // One attention layer's cache: K and V as {head_dim, n_kv, n_ctx, n_slots}
-// (F16 or F32). K is stored after q/k-norm and RoPE, V raw.
+// (F16, F32 or Q8_0: Backend::supports_kv_type). K is stored after q/k-norm and RoPE, V raw.
 struct KvCache {
     Tensor k;
     Tensor v;
