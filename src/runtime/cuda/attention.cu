@@ -122,10 +122,7 @@ int launch_split(AttnArgs a, int T, int n_kv, int ns_cap, cudaStream_t s) {
     auto kernel = attn_split_kernel<D, GT, KT>;
     if constexpr (std::is_same_v<KT, __half>)
         if (split_on_tensor_cores()) kernel = attn_split_mma_kernel<D, GT>;
-    // K/V tiles above the 48 KB default need the kernel's opt-in (on the
-    // current device: set at every launch, a host-side call)
-    if constexpr (smem > 48 * 1024)
-        QINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    allow_dynamic_smem(kernel, smem);  // K/V tiles above the 48 KB default
     int ns = ns_cap;
     if (ns > 1) {
         constexpr int kMaxDevices = 64;

@@ -35,7 +35,6 @@
 //
 // sm_80+ only (mma.sync, ldmatrix, cp.async); no Hopper-only instructions, so
 // the compute_80 PTX runs on RTX 30xx / 40xx.
-#include <atomic>
 
 #include "common/error.h"
 #include "runtime/cuda/cuda_common.cuh"
@@ -310,23 +309,12 @@ __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(PrefillArgs a)
     }
 }
 
-// Opts the kernel in to its shared memory size on the current device (once per device).
 template <int D, int G>
 void launch_prefill(const PrefillArgs& a, int64_t T, cudaStream_t s) {
     constexpr int TOK = PF_ROWS / G;
     constexpr size_t bytes = prefill_smem_bytes<D>();
     static_assert(bytes <= 96 * 1024, "prefill attention: shared memory over sm_86's budget");
-    if constexpr (bytes > 48 * 1024) {
-        constexpr int kMaxDevices = 64;
-        static std::atomic<bool> raised[kMaxDevices];
-        int dev = 0;
-        QINFER_CUDA_CHECK(cudaGetDevice(&dev));
-        if (dev >= kMaxDevices || !raised[dev].load()) {
-            QINFER_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<D, G>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-            if (dev < kMaxDevices) raised[dev].store(true);
-        }
-    }
+    allow_dynamic_smem(attn_prefill_kernel<D, G>, bytes);
     // every segment's tiles fit in ceil(T / TOK) + n_seg (one partial tile per segment)
     const int64_t tiles = (T + TOK - 1) / TOK + a.n_seg;
     if (tiles > 65535) fail(strfmt("CUDA prefill attention: %lld tokens in one step are too many", (long long)T));

@@ -26,6 +26,54 @@ using cuda::Rows;
 
 namespace {
 
+// Ops by the first word of their signature (sig() calls below): profile
+// labels and QINFER_CUDA_SKIP_OPS.
+const char* op_name(uint32_t code) {
+    switch (code) {
+        case 1: return "get_rows";
+        case 2: return "matmul";
+        case 3: return "rms_norm";
+        case 4: return "l2_norm";
+        case 5: return "rms_norm_gated";
+        case 6: return "add";
+        case 7: return "swiglu";
+        case 8: return "sigmoid_mul";
+        case 9: case 10: return "copy";
+        case 11: return "rope_neox";
+        case 12: return "attention";  // kv store + attention
+        case 13: return "conv1d_silu";
+        case 14: return "gated_delta_rule";
+        case 15: return "argmax";
+        case 16: return "quantize";  // activations for a product
+        case 0x46: return "fill_zero";
+        case 0x43: return "copy_bytes";
+        default: return nullptr;
+    }
+}
+
+std::vector<uint32_t> parse_skip_ops(const char* spec) {
+    std::vector<uint32_t> codes;
+    if (!spec) return codes;
+    std::string s(spec);
+    for (char& c : s)
+        if (c == ',' || c == '+') c = ':';
+    size_t at = 0;
+    while (at <= s.size()) {
+        const size_t end = std::min(s.find(':', at), s.size());
+        const std::string name = s.substr(at, end - at);
+        at = end + 1;
+        if (name.empty()) continue;
+        bool found = false;
+        for (uint32_t c = 0; c < 0x80; ++c)
+            if (const char* n = op_name(c); n && name == n) {
+                codes.push_back(c);
+                found = true;
+            }
+        if (!found) fail(strfmt("QINFER_CUDA_SKIP_OPS: no op named '%s'", name.c_str()));
+    }
+    return codes;
+}
+
 #define QINFER_CUBLAS_CHECK(call)                                                                    \
     do {                                                                                             \
         cublasStatus_t st_ = (call);                                                                 \
@@ -92,6 +140,7 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
     fuse_conv_ = fuse_ && !env_is("QINFER_CUDA_FUSE_CONV", "0");
     fuse_l2_ = fuse_ && !env_is("QINFER_CUDA_FUSE_L2", "0");
     profile_ = env_is("QINFER_CUDA_PROFILE", "1");
+    skip_ops_ = parse_skip_ops(std::getenv("QINFER_CUDA_SKIP_OPS"));
     if (profile_) {
         graphs_enabled_ = true;  // ops are queued (so fusion happens) but never recorded
         QINFER_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&hold_flag_), sizeof(int), cudaHostAllocMapped));
@@ -888,6 +937,7 @@ void CudaBackend::enqueue(std::function<void()> fn) {
     if (pending_.size() >= 16384 && !in_keyed_) flush();  // bound the queue (before: callers tag back())
     PendingOp op;
     op.run = std::move(fn);
+    op.code = last_op_code();
     if (profile_) {
         op.label = next_label_.empty() ? profile_label() : next_label_;
         next_label_.clear();
@@ -956,6 +1006,11 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
     } release_on_exit{[&] { if (prof) release(); }};
     for (size_t i = 0; i < n;) {
         const PendingOp& op = pending_[i];
+        if (op.payload < 0 && !skip_ops_.empty() &&
+            std::find(skip_ops_.begin(), skip_ops_.end(), op.code) != skip_ops_.end()) {
+            ++i;
+            continue;
+        }
         if (op.payload >= 0) {
             const Payload& p = payloads_[size_t(op.payload)];
             const void* src = pinned ? (*pinned)[size_t(op.payload)] : p.data.data();
@@ -1110,29 +1165,16 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
     }
 }
 
-std::string CudaBackend::profile_label() const {
+uint32_t CudaBackend::last_op_code() const {
     uint32_t code = 0;
     if (sig_.size() >= last_sig_at_ + sizeof(code)) std::memcpy(&code, sig_.data() + last_sig_at_, sizeof(code));
-    switch (code) {
-        case 1: return "get_rows";
-        case 2: return "matmul";
-        case 3: return "rms_norm";
-        case 4: return "l2_norm";
-        case 5: return "rms_norm_gated";
-        case 6: return "add";
-        case 7: return "swiglu";
-        case 8: return "sigmoid_mul";
-        case 9: case 10: return "copy";
-        case 11: return "rope_neox";
-        case 12: return "attention (kv store + attention)";
-        case 13: return "conv1d_silu";
-        case 14: return "gated_delta_rule";
-        case 15: return "argmax";
-        case 16: return "quantize activations";
-        case 0x46: return "fill_zero";
-        case 0x43: return "copy_bytes";
-        default: return strfmt("op %u", code);
-    }
+    return code;
+}
+
+std::string CudaBackend::profile_label() const {
+    const uint32_t code = last_op_code();
+    if (const char* name = op_name(code)) return name;
+    return strfmt("op %u", code);
 }
 
 void CudaBackend::print_profile() const {

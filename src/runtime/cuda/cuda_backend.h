@@ -173,6 +173,7 @@ private:
         const cuda::Segment* gdr_seg = nullptr;  // which may take over the l2 norms
         int gdr_n_seg = 0, gdr_max_len = 0;      // of q and k just before it
         std::string label;   // QINFER_CUDA_PROFILE only
+        uint32_t code = 0;   // the op's signature code (op_name)
     };
     bool fuse_ = true;
     // Norms, swiglu and sigmoid_mul computed inside the activation quantization
@@ -227,7 +228,12 @@ private:
     int* hold_flag_ = nullptr;  // host-mapped; see cuda::hold_until
     int* hold_flag_dev_ = nullptr;
     int hold_value_ = 0;
-    std::string profile_label() const;  // of the op whose signature was added last
+    uint32_t last_op_code() const;      // the op whose signature was added last
+    std::string profile_label() const;  // of that op
+    // QINFER_CUDA_SKIP_OPS=name[:name...]: ops of these kinds are not run at all
+    // (a what-if for timing: the outputs are wrong). "matmul:add" leaves a
+    // decode step without its products, for instance.
+    std::vector<uint32_t> skip_ops_;
     void print_profile() const;
 
 public:

@@ -6,7 +6,6 @@
 // few rows stays in registers, one pass over it per token), and a chunked one
 // for prompts (§5.7) that turns 32 tokens at a time into small matrix products.
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -506,19 +505,10 @@ __global__ void __launch_bounds__(CNT, 1) gdr_chunk_kernel(DeltaArgs p, const Se
     }
 }
 
-// Opts the kernel in to its shared memory size on the current device (once per device).
 template <int DK>
 void launch_chunked(const DeltaArgs& a, const Segment* seg, int n_seg, int min_count, cudaStream_t s) {
-    constexpr int kMaxDevices = 64;
-    static std::atomic<bool> raised[kMaxDevices];
     const size_t bytes = sizeof(ChunkSmem<DK>);
-    int dev = 0;
-    QINFER_CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev >= kMaxDevices || !raised[dev].load()) {
-        QINFER_CUDA_CHECK(cudaFuncSetAttribute(gdr_chunk_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(bytes)));
-        if (dev < kMaxDevices) raised[dev].store(true);
-    }
+    allow_dynamic_smem(gdr_chunk_kernel<DK>, bytes);
     const dim3 grid(static_cast<unsigned>(a.dv / CV), static_cast<unsigned>(a.Hv), static_cast<unsigned>(n_seg));
     launch("gdr_chunk_kernel", gdr_chunk_kernel<DK>, dim3(grid), dim3(CNT), bytes, s, a, seg, min_count);
 }

@@ -2,6 +2,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace qinfer::cuda {
 
@@ -22,6 +25,19 @@ bool pdl_enabled() {
         return fa.ptxVersion >= 90;  // built from sm_90+ code, so pdl_wait() is compiled in
     }();
     return enabled;
+}
+
+void allow_dynamic_smem(const void* kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return;
+    int dev = 0;
+    QINFER_CUDA_CHECK(cudaGetDevice(&dev));
+    static std::mutex mu;
+    static std::map<std::pair<const void*, int>, size_t> raised;  // (kernel, device) -> bytes allowed
+    std::lock_guard<std::mutex> lock(mu);
+    size_t& have = raised[{kernel, dev}];
+    if (have >= bytes) return;
+    QINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    have = bytes;
 }
 
 }  // namespace qinfer::cuda

@@ -49,6 +49,14 @@ __device__ __forceinline__ void pdl_enter() {
 // and QINFER_CUDA_PDL is not 0. Decided once per process.
 bool pdl_enabled();
 
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device
+// (above 48 KB a kernel needs the opt-in; the setting is per device). Cheap
+// after the first call for a kernel, device and size: the host remembers.
+void allow_dynamic_smem(const void* kernel, size_t bytes);
+template <class... KArgs> void allow_dynamic_smem(void (*kernel)(KArgs...), size_t bytes) {
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
+}
+
 // kernel<<<grid, block, smem, s>>>(args...), with PDL when pdl_enabled().
 template <class... KArgs, class... Args>
 void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,

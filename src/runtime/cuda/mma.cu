@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "runtime/cuda/kernels.h"
+#include "runtime/cuda/launch.cuh"
 #include "runtime/cuda/quant_dot.cuh"
 
 namespace qinfer::cuda {
@@ -382,12 +383,8 @@ __global__ void __launch_bounds__(MMA_THREADS) mma_kernel(WArgs w, ActQ A, int64
 
 template <GgmlType TY>
 void launch(const DeviceWeight& w, const ActQ& a, int64_t T, float* y, int64_t ldy, const float* bias, cudaStream_t s) {
-    static bool attr_set = false;  // dynamic shared memory above 48 KB needs an opt-in
     const size_t smem = sizeof(Smem);
-    if (!attr_set) {
-        QINFER_CUDA_CHECK(cudaFuncSetAttribute(mma_kernel<TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        attr_set = true;
-    }
+    allow_dynamic_smem(mma_kernel<TY>, smem);
     WArgs wa;
     wa.base = w.data;
     wa.qh = w.layout.qh_bytes ? w.data + w.layout.off_qh : nullptr;

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "runtime/cuda/kernels.h"
+#include "runtime/cuda/launch.cuh"
 #include "runtime/cuda/quant_dot.cuh"
 
 namespace qinfer::cuda {
@@ -273,12 +274,8 @@ __global__ void __launch_bounds__(H_THREADS) hmma_kernel(WArgs w, ActQ A, int64_
 template <GgmlType TY>
 void hlaunch(const DeviceWeight& w, const ActQ& a, int64_t T, float* y, int64_t ldy, const float* bias,
              cudaStream_t s) {
-    static bool attr_set = false;
     const size_t smem = sizeof(HSmem);
-    if (!attr_set) {
-        QINFER_CUDA_CHECK(cudaFuncSetAttribute(hmma_kernel<TY>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        attr_set = true;
-    }
+    allow_dynamic_smem(hmma_kernel<TY>, smem);
     WArgs wa;
     wa.base = w.data;
     wa.qh = nullptr;
