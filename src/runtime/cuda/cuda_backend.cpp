@@ -567,8 +567,7 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
     // to f16 for cuBLAS with f16 activations: 1.5x faster at T = 512 on an H200,
     // at the price of rounding that depends on the step's size (a prompt's
     // logits differ slightly with its chunking; bench/results/cuda-h200.md).
-    // Products with few output rows (DeltaNet's alpha / beta, 32 rows) stay on
-    // mma: dequantizing is most of their cost. QINFER_CUDA_PREFILL=vec|mma|f16
+    // Products of fewer than kF16MinRows rows stay on mma. QINFER_CUDA_PREFILL=vec|mma|f16
     // forces one path for every product above kVecMaxT tokens (=mma: the int8
     // kernels for prompts too, whose rounding does not depend on the chunking).
     const char* prefill = std::getenv("QINFER_CUDA_PREFILL");

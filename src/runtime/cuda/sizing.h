@@ -9,9 +9,11 @@ namespace qinfer::cuda {
 // Prompt products: steps of at least kF16MinTokens tokens dequantize a
 // quantized weight of at least kF16MinRows rows to f16 for cuBLAS, through a
 // scratch of at most kF16WeightChunkBytes (larger weights go in row chunks),
-// and copy the [K, T] input to f16.
+// and copy the [K, T] input to f16. 32 rows take DeltaNet's alpha / beta
+// (2560 x 32) there too: 47 us per call on the int8 kernels at T = 512 on an
+// H200, ~1.1 ms per 512-token step (bench/results/cuda-h200.md).
 constexpr int64_t kF16MinTokens = 128;
-constexpr int64_t kF16MinRows = 256;
+constexpr int64_t kF16MinRows = 32;
 constexpr int64_t kF16WeightChunkBytes = int64_t(64) << 20;
 
 // Decode attention splits the key range into one split per kAttnSplitAlign
