@@ -207,8 +207,14 @@ public:
     // only (no write/read/alloc); every value that changes between steps must
     // come from tensors on this backend whose addresses never change (token ids,
     // StepInfo tensors, written before begin_graph); `key` identifies the rest
-    // (token count, segment count, which rows get logits).
-    virtual bool begin_graph(uint64_t key) { (void)key; return true; }
+    // (token count, segment count, which rows get logits). record = false: a
+    // step not worth recording (a long prompt chunk: its kernels take far longer
+    // than issuing them, and its shape seldom repeats); it runs as issued.
+    virtual bool begin_graph(uint64_t key, bool record = true) {
+        (void)key;
+        (void)record;
+        return true;
+    }
     virtual void end_graph() {}
     // After an error between begin_graph and end_graph: drop the half-issued
     // step so the backend is usable again (the step did not happen).

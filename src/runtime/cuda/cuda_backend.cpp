@@ -134,6 +134,7 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
     QINFER_CUBLAS_CHECK(cublasSetStream(h, stream_));
     // Our own workspace, so cuBLAS never allocates inside a graph capture.
     QINFER_CUBLAS_CHECK(cublasSetWorkspace(h, scratch(cublas_ws_, size_t(32) << 20, "cublas"), size_t(32) << 20));
+    warm_up_cublas();
     graphs_enabled_ = !env_is("QINFER_CUDA_GRAPHS", "0");
     fuse_ = !env_is("QINFER_CUDA_FUSE", "0");
     fuse_norm_ = fuse_ && !env_is("QINFER_CUDA_FUSE_NORM", "0");
@@ -182,6 +183,33 @@ CudaBackend::~CudaBackend() {
 
 std::string CudaBackend::name() const { return name_; }
 
+// One f16 product of a prompt step's kind (weight rows x K times K x tokens,
+// f32 out) at start-up: the process's first cuBLAS product cost ~50 ms on an
+// H200 (library set-up, kernels loaded on first use), which the first long
+// prompt after loading would otherwise pay in its time to first token. The
+// 3 MB it borrows are not counted against the memory limit and it is skipped
+// when they are not there: only speed is at stake.
+void CudaBackend::warm_up_cublas() {
+    constexpr int M = 256, N = 256, K = 2560;
+    const size_t a_bytes = size_t(M) * K * 2, b_bytes = size_t(K) * N * 2, c_bytes = size_t(M) * N * 4;
+    void* buf = nullptr;
+    if (cudaMalloc(&buf, a_bytes + b_bytes + c_bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    uint8_t* p = static_cast<uint8_t*>(buf);
+    QINFER_CUDA_CHECK(cudaMemsetAsync(p, 0, a_bytes + b_bytes, stream_));
+    const float one = 1.f, zero = 0.f;
+    const cublasStatus_t st = cublasGemmEx(static_cast<cublasHandle_t>(cublas_), CUBLAS_OP_T, CUBLAS_OP_N, M, N, K,
+                                           &one, p, CUDA_R_16F, K, p + a_bytes, CUDA_R_16F, K, &zero,
+                                           p + a_bytes + b_bytes, CUDA_R_32F, M, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT);
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    cudaFree(buf);
+    if (st != CUBLAS_STATUS_SUCCESS) fail(strfmt("cuBLAS warm-up product: error %d", int(st)));
+    QINFER_CUDA_CHECK(e);
+}
+
 template <class... A> void CudaBackend::sig(const A&... a) {
     if (!deferring()) return;
     last_sig_at_ = sig_.size();
@@ -224,7 +252,7 @@ void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
         fail(strfmt("CUDA: %s buffer must grow to %zu bytes inside a graph capture", what, bytes));
     // Growing inside an explicit step (its ops are being issued): the step runs
     // eagerly this time and is recorded at its next sighting, with the new size.
-    if (in_keyed_) keyed_graphs_[keyed_key_].seen = 0;
+    if (in_keyed_ && !keyed_eager_) keyed_graphs_[keyed_key_].seen = 0;
     flush();  // queued ops still use the old buffer
     if (s.p) {
         QINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -1269,13 +1297,18 @@ void CudaBackend::flush() {
 
 // Explicit step graphs: ops between begin_graph and end_graph are recorded once
 // per key and replayed without the caller issuing them again.
-bool CudaBackend::begin_graph(uint64_t key) {
+bool CudaBackend::begin_graph(uint64_t key, bool record) {
     if (!graphs_enabled_) return true;
     if (in_keyed_) fail("CUDA: begin_graph inside a recorded step");
     flush();
     print_load_stats_once();
     in_keyed_ = true;
     keyed_key_ = key;
+    keyed_eager_ = !record;
+    if (keyed_eager_) {
+        keyed_replay_ = false;
+        return true;
+    }
     if (keyed_graphs_.size() > 256) {  // many one-off shapes (prompts): forget the unrecorded ones
         for (auto g = keyed_graphs_.begin(); g != keyed_graphs_.end();)
             g = g->second.exec ? std::next(g) : keyed_graphs_.erase(g);
@@ -1299,6 +1332,11 @@ void CudaBackend::end_graph() {
             for (ActCache& c : b->act_cache_) c.valid = false;
         }
     } clear{this};
+    if (keyed_eager_) {
+        run_pending(nullptr);
+        ++eager_flushes_;
+        return;
+    }
     if (keyed_replay_) {
         QINFER_CUDA_CHECK(cudaGraphLaunch(rec.exec, stream_));
         ++graph_launches_;

@@ -61,7 +61,7 @@ public:
     bool pin_streamed_range(const void* host, size_t bytes) override;
 
     void argmax(const Tensor& logits, const Tensor& ids) override;
-    bool begin_graph(uint64_t key) override;
+    bool begin_graph(uint64_t key, bool record = true) override;
     void end_graph() override;
     void abort_graph() override;
 
@@ -210,7 +210,7 @@ private:
     std::unordered_map<uint64_t, GraphRec> auto_graphs_;
     // explicit begin_graph / end_graph
     std::unordered_map<uint64_t, GraphRec> keyed_graphs_;
-    bool in_keyed_ = false, keyed_replay_ = false;
+    bool in_keyed_ = false, keyed_replay_ = false, keyed_eager_ = false;
     uint64_t keyed_key_ = 0;
     uint64_t graph_launches_ = 0, eager_flushes_ = 0;
 
@@ -228,6 +228,7 @@ private:
     int* hold_flag_ = nullptr;  // host-mapped; see cuda::hold_until
     int* hold_flag_dev_ = nullptr;
     int hold_value_ = 0;
+    void warm_up_cublas();
     uint32_t last_op_code() const;      // the op whose signature was added last
     std::string profile_label() const;  // of that op
     // QINFER_CUDA_SKIP_OPS=name[:name...]: ops of these kinds are not run at all
