@@ -962,6 +962,19 @@ void CudaBackend::enqueue(std::function<void()> fn) {
         return;
     }
     if (pending_.size() >= 16384 && !in_keyed_) flush();  // bound the queue (before: callers tag back())
+    // An unrecorded step (begin_graph(key, false)) starts on the GPU while it is
+    // still being issued, in runs of ~48 ops cut where no fusion pattern spans
+    // the cut: otherwise the GPU would wait for the host to queue the whole
+    // step (~1 ms for a prompt chunk of the 4B model).
+    if (in_keyed_ && keyed_eager_ && pending_.size() >= 48) {
+        const PendingOp::Kind last = pending_.back().kind;
+        if (last == PendingOp::Opaque || last == PendingOp::Add || last == PendingOp::Quantize ||
+            last == PendingOp::Conv || last == PendingOp::Gdr) {
+            run_pending(nullptr);
+            pending_.clear();
+            payloads_.clear();
+        }
+    }
     PendingOp op;
     op.run = std::move(fn);
     op.code = last_op_code();
