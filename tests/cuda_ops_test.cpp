@@ -348,6 +348,57 @@ TEST(CudaGraphs, ReplayEqualsEagerWithNewInputs) {
     }
 }
 
+// A step begun with record = false (long prompt chunks) is never recorded: the
+// ops are issued every time, results equal the CPU's, and no graph launches.
+// Its 90 ops also go out in several runs while it is still being issued (cut
+// after an add).
+TEST(CudaGraphs, UnrecordedStepsRunAsIssued) {
+    REQUIRE_GPU();
+    Both b;
+    auto* cuda = dynamic_cast<CudaBackend*>(b.gpu.get());
+    ASSERT_NE(cuda, nullptr);
+    const int64_t E = 256, T = 3;
+    Pair w = b.f32(randn(size_t(E * E), 90, 0.05f), {E, E});
+    Pair nw = b.f32(randn(size_t(E), 91), {E});
+    Pair x = b.f32(randn(size_t(E * T), 92), {E, T});
+    Pair h = b.zeros(GgmlType::F32, {E, T});
+    Pair y = b.zeros(GgmlType::F32, {E, T});
+    const uint64_t launches0 = cuda->graph_launches();
+    for (int step = 0; step < 4; ++step) {
+        std::vector<float> xv = randn(size_t(E * T), uint32_t(93 + step));
+        b.cpu->write(x.c, xv.data(), xv.size() * 4);
+        b.gpu->write(x.g, xv.data(), xv.size() * 4);
+        for (int l = 0; l < 30; ++l) {
+            b.cpu->rms_norm(x.c, nw.c, 1e-6f, h.c);
+            b.cpu->matmul(w.c, h.c, y.c, nullptr);
+            b.cpu->add(x.c, y.c, x.c);
+        }
+        ASSERT_TRUE(b.gpu->begin_graph(11, /*record=*/false)) << "step " << step;
+        for (int l = 0; l < 30; ++l) {
+            b.gpu->rms_norm(x.g, nw.g, 1e-6f, h.g);
+            b.gpu->matmul(w.g, h.g, y.g, nullptr);
+            b.gpu->add(x.g, y.g, x.g);
+        }
+        b.gpu->end_graph();
+        double ref = 0;
+        EXPECT_LT(b.max_diff(x, &ref), 1e-4 * (ref + 1)) << "step " << step;
+    }
+    EXPECT_EQ(cuda->graph_launches(), launches0) << "an unrecorded step was recorded or replayed";
+}
+
+// QINFER_CUDA_SKIP_OPS names ops; a name that is none is an error, not a no-op.
+TEST(CudaBackendEnv, SkipOpsRejectsUnknownNames) {
+    REQUIRE_GPU();
+    test::set_env("QINFER_CUDA_SKIP_OPS", "matmul:no_such_op");
+    try {
+        auto be = make_cuda_backend(0);
+        ADD_FAILURE() << "no error for an unknown op name";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("no_such_op"), std::string::npos) << e.what();
+    }
+    test::unset_env("QINFER_CUDA_SKIP_OPS");
+}
+
 // The register-resident norm kernel (rows of up to 8192 floats; longer rows take
 // the block-per-row kernel) against the CPU backend: lengths that leave lanes
 // idle, rows spanning several warps, several rows per block, unaligned and
