@@ -438,21 +438,24 @@ TEST(CudaOps, RowNormsOfManyLengthsMatchCpu) {
 using test::set_env;
 using test::unset_env;
 
-// The CPU backend, a CUDA backend with producer fusion off and one with it on.
+// The CPU backend, a CUDA backend with a fusion off (`var`=0) and one with it
+// on (`var` unset, or `on`).
 struct Trio {
     std::unique_ptr<Backend> be[3];
     using T3 = std::array<Tensor, 3>;
     // Weight blocks and their descriptions (the CPU backend uses them in place).
     std::list<std::pair<std::vector<uint8_t>, gguf::TensorInfo>> keep;
-    Trio() {
-        const char* v = std::getenv("QINFER_CUDA_FUSE_NORM");
+    explicit Trio(const char* var = "QINFER_CUDA_FUSE_NORM", const char* on = nullptr) {
+        const char* v = std::getenv(var);
         const std::string saved = v ? v : "";
         be[0] = make_cpu_backend(std::make_shared<ThreadPool>(2));
-        set_env("QINFER_CUDA_FUSE_NORM", "0");
+        set_env(var, "0");
         be[1] = make_cuda_backend(0);
-        unset_env("QINFER_CUDA_FUSE_NORM");
+        if (on) set_env(var, on);
+        else unset_env(var);
         be[2] = make_cuda_backend(0);
-        if (v) set_env("QINFER_CUDA_FUSE_NORM", saved.c_str());
+        if (v) set_env(var, saved.c_str());
+        else unset_env(var);
     }
     T3 f32(std::initializer_list<int64_t> ne, const char* name) {
         T3 t;
@@ -619,6 +622,65 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
             EXPECT_TRUE(fused > 0 && fused % per == 0) << fused << " fused, " << type_name(c.type) << " T=" << T;
             EXPECT_EQ(fused_producers(*tr.be[1]), 0u);
         }
+    }
+}
+
+// A one-token FFN block (ffn_block: rms_norm, gate and up, swiglu, down, the
+// residual add) as one launch (cuda::ffn_decode) against the same ops launched
+// one at a time: every output bit for bit, the CPU within rounding; the 4B
+// model's shape (Q4_K gate / up, Q6_K down) and small ones of the other
+// K-quant types; eager steps, a recording and replays (the grid barrier's
+// words carry over from launch to launch).
+TEST(CudaFusion, FfnBlockInOneLaunchEqualsOpsOneByOne) {
+    REQUIRE_GPU();
+    for (const char* off : {"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS", "QINFER_CUDA_FUSE_NORM"})
+        if (const char* v = std::getenv(off); v && std::string(v) == "0") GTEST_SKIP() << off << "=0";
+    Trio tr("QINFER_CUDA_FUSE_FFN", "1");
+    struct Case {
+        GgmlType gate, down;
+        int64_t E, F;
+    };
+    const Case cases[] = {{GgmlType::Q4_K, GgmlType::Q6_K, 2560, 9216},
+                          {GgmlType::Q5_K, GgmlType::Q4_K, 512, 768},
+                          {GgmlType::Q6_K, GgmlType::Q5_K, 256, 512}};
+    uint32_t seed = 900;
+    for (const Case& c : cases) {
+        const int64_t E = c.E, F = c.F;
+        const Trio::T3 wg = tr.weight(c.gate, E, F, ++seed), wu = tr.weight(c.gate, E, F, ++seed);
+        const Trio::T3 wd = tr.weight(c.down, F, E, ++seed);
+        const Trio::T3 nw = tr.f32({E}, "norm");
+        tr.put(nw, randn(size_t(E), ++seed));
+        const Trio::T3 x = tr.f32({E, 1}, "x"), h = tr.out({E, 1}, "h"), g = tr.out({F, 1}, "g"),
+                       u = tr.out({F, 1}, "u"), o = tr.out({E, 1}, "o");
+        const uint64_t fused0 = fused_producers(*tr.be[2]);
+        for (int step = 0; step < 4; ++step) {
+            tr.put(x, randn(size_t(E), ++seed, 3.f));
+            for (int i = 0; i < 3; ++i) {
+                Backend& be = *tr.be[i];
+                be.rms_norm(x[i], nw[i], 1e-6f, h[i]);
+                be.matmul(wg[i], h[i], g[i], nullptr);
+                be.matmul(wu[i], h[i], u[i], nullptr);
+                be.swiglu(g[i], u[i], g[i]);
+                be.matmul(wd[i], g[i], o[i], nullptr);
+                be.add(x[i], o[i], x[i]);
+            }
+            const std::string at = std::string(type_name(c.gate)) + "/" + type_name(c.down) +
+                                   " E=" + std::to_string(E) + " step " + std::to_string(step);
+            for (const Trio::T3* t : {&h, &g, &u, &o, &x}) {
+                const std::vector<float> ref = tr.get(0, (*t)[0]), off = tr.get(1, (*t)[1]), on = tr.get(2, (*t)[2]);
+                EXPECT_EQ(0, std::memcmp(off.data(), on.data(), off.size() * 4))
+                    << (*t)[0].name << " differs in one launch, " << at;
+                double m = 0, r = 0;
+                for (size_t k = 0; k < ref.size(); ++k) {
+                    m = std::isfinite(on[k]) ? std::max(m, double(std::fabs(on[k] - ref[k]))) : INFINITY;
+                    r = std::max(r, double(std::fabs(ref[k])));
+                }
+                EXPECT_LT(m, 5e-3 * (r + 1)) << (*t)[0].name << " vs CPU, " << at;
+            }
+        }
+        // 7 ops fused per step that ran its queue (eager or recorded; replays do not)
+        const uint64_t fused = fused_producers(*tr.be[2]) - fused0;
+        EXPECT_TRUE(fused > 0 && fused % 7 == 0) << fused << " fused, " << type_name(c.gate);
     }
 }
 

@@ -6,6 +6,7 @@
 // bit-identical. Same rounding as the CPU backend (see quantize.cu).
 #pragma once
 #include "runtime/cuda/cuda_common.cuh"
+#include "runtime/cuda/kernels.h"
 
 namespace qinfer::cuda {
 
@@ -93,6 +94,13 @@ struct ActOutPtrs {
     float* s;
     int16_t* bsum;
 };
+
+// The sections of the activation buffer a quantization writes.
+inline ActOutPtrs act_out(const ActDest& q) {
+    const ActQ v = act_view(q.kind, q.buf, q.x, q.K, q.T);
+    return ActOutPtrs{const_cast<int8_t*>(v.qs), const_cast<float*>(v.d), const_cast<float*>(v.s),
+                      const_cast<int16_t*>(v.bsum)};
+}
 
 // Quantizes the 256-element span of token row t starting at element k0 (a
 // multiple of 256) of a K-element row, from a warp's registers. Elements at or

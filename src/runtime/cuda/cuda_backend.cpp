@@ -140,6 +140,8 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
     fuse_norm_ = fuse_ && !env_is("QINFER_CUDA_FUSE_NORM", "0");
     fuse_conv_ = fuse_ && !env_is("QINFER_CUDA_FUSE_CONV", "0");
     fuse_l2_ = fuse_ && !env_is("QINFER_CUDA_FUSE_L2", "0");
+    fuse_ffn_ = fuse_ && env_is("QINFER_CUDA_FUSE_FFN", "1");
+    QINFER_CUDA_CHECK(cudaMemset(scratch(ffn_barrier_, 256, "FFN barrier"), 0, 256));
     profile_ = env_is("QINFER_CUDA_PROFILE", "1");
     skip_ops_ = parse_skip_ops(std::getenv("QINFER_CUDA_SKIP_OPS"));
     if (profile_) {
@@ -167,7 +169,8 @@ CudaBackend::~CudaBackend() {
     for (auto& kv : auto_graphs_) destroy_graph(kv.second);
     for (auto& kv : keyed_graphs_) destroy_graph(kv.second);
     for (auto& kv : owned_) cudaFree(const_cast<void*>(kv.first));
-    for (Scratch* s : {&act_buf_[0], &act_buf_[1], &attn_work_, &half_w_, &half_x_, &ids_buf_, &cublas_ws_})
+    for (Scratch* s : {&act_buf_[0], &act_buf_[1], &attn_work_, &half_w_, &half_x_, &ids_buf_, &cublas_ws_,
+                       &ffn_barrier_})
         if (s->p) cudaFree(s->p);
     for (int i = 0; i < kStaging; ++i) {
         if (staging_[i]) cudaFreeHost(staging_[i]);
@@ -1010,6 +1013,49 @@ void CudaBackend::destroy_graph(GraphRec& g) {
 // right after it reads is computed inside that quantization (its output still
 // written; the quants bit-identical to the two ops one by one), and two
 // adjacent independent norms of one shape (q and k heads) share a launch.
+// Whether pending ops i .. i + 7 are ffn_block for one token -- rms_norm,
+// its quantization, the gate and up products of it, swiglu, its quantization,
+// the down product, the residual add -- that cuda::ffn_decode takes (then in
+// ffn_job_).
+bool CudaBackend::try_ffn(size_t i) {
+    const PendingOp* p = &pending_[i];
+    using K = PendingOp::Kind;
+    const K want[8] = {K::Norm, K::Quantize, K::Matvec, K::Matvec, K::Gate, K::Quantize, K::Matvec, K::Add};
+    for (int k = 0; k < 8; ++k)
+        if (p[k].kind != want[k]) return false;
+    if (p[4].gate != cuda::Gate::Swiglu) return false;
+    auto quant_of = [](const PendingOp& q) {
+        const cuda::ActDest& d = q.dest;
+        return cuda::act_view(d.kind, d.buf, d.x, d.K, d.T).qs;
+    };
+    // the products read the quantizations just made, one token each
+    if (p[2].act.qs != quant_of(p[1]) || p[3].act.qs != quant_of(p[1]) || p[6].act.qs != quant_of(p[5]) ||
+        p[2].T != 1 || p[3].T != 1 || p[6].T != 1)
+        return false;
+    // the add: x + down -> y, where the down product's output is b (the residual epilogue's form)
+    const cuda::Rows &a = p[7].a, &b = p[7].b, &y = p[7].y;
+    const int64_t E = p[6].mv.w.N;
+    auto vec = [&](const cuda::Rows& r) { return r.n == E && r.n1 * r.n2 == 1; };
+    if (b.data != p[6].mv.y || !vec(a) || !vec(b) || !vec(y) || a.data == p[2].mv.y || a.data == p[3].mv.y)
+        return false;
+    cuda::FfnJob& f = ffn_job_;
+    f = cuda::FfnJob{};
+    f.norm = p[0].norm;
+    f.act_h = p[1].dest;
+    f.gate = p[2].mv;
+    f.up = p[3].mv;
+    f.ga = p[4].a;
+    f.ub = p[4].b;
+    f.s = p[4].y;
+    f.act_s = p[5].dest;
+    f.down = p[6].mv;
+    f.down.res = a.data;
+    f.down.res_out = y.data;
+    f.down.ld_res = f.down.ld_res_out = E;
+    f.barrier = static_cast<unsigned*>(ffn_barrier_.p);
+    return cuda::ffn_decode_fits(f);
+}
+
 void CudaBackend::run_pending(const std::vector<void*>* pinned) {
     const size_t n = pending_.size();
     // Profiling: the stream is held while a run of up to kHeld ops is queued
@@ -1086,6 +1132,18 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
                 i += 3;
                 continue;
             }
+        }
+        if (fuse_ffn_ && op.kind == PendingOp::Norm && i + 7 < n && try_ffn(i)) {
+            if (prof) {
+                std::string label = "fused FFN:";
+                for (size_t k = i; k < i + 8; ++k) label += (k > i ? " + " : " ") + pending_[k].label;
+                before(label);
+            }
+            cuda::ffn_decode(ffn_job_, stream_);
+            after();
+            fused_producers_ += 7;
+            i += 8;
+            continue;
         }
         if (fuse_norm_ && (op.kind == PendingOp::Norm || op.kind == PendingOp::Gate)) {
             auto is = [&](size_t k, PendingOp::Kind kind) { return k < n && pending_[k].kind == kind; };

@@ -140,6 +140,7 @@ private:
     int act_next_ = 0;
     Scratch attn_work_, half_w_, half_x_, ids_buf_;
     Scratch cublas_ws_;
+    Scratch ffn_barrier_;  // the grid barrier words of the FFN kernel (zeroed once)
 
     // ---- deferred execution and automatic graphs
     // Ops are queued with a byte signature of everything that shapes their
@@ -185,6 +186,10 @@ private:
     bool fuse_conv_ = true;
     // The l2 norms of q and k inside a serial delta rule (QINFER_CUDA_FUSE_L2=0: separate).
     bool fuse_l2_ = true;
+    // A one-token FFN block (norm .. down + residual) as one launch
+    // (cuda::ffn_decode), with QINFER_CUDA_FUSE_FFN=1 only: bit-identical, but
+    // tg128 450 vs 507 tok/s on an H200 in its first form (docs/cuda-notes.md).
+    bool fuse_ffn_ = false;
     uint64_t fused_producers_ = 0;
     struct GraphRec {
         std::vector<uint8_t> sig;
@@ -229,6 +234,8 @@ private:
     int* hold_flag_dev_ = nullptr;
     int hold_value_ = 0;
     void warm_up_cublas();
+    bool try_ffn(size_t i);
+    cuda::FfnJob ffn_job_;
     uint32_t last_op_code() const;      // the op whose signature was added last
     std::string profile_label() const;  // of that op
     // QINFER_CUDA_SKIP_OPS=name[:name...]: ops of these kinds are not run at all

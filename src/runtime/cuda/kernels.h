@@ -188,6 +188,28 @@ enum class Gate { Swiglu, SigmoidMul };
 bool gate_quantize_fits(Rows a, Rows b, Rows y, const ActDest& q);
 void gate_quantize(Gate op, Rows a, Rows b, Rows y, const ActDest& q, cudaStream_t s);
 
+// ---- a whole decode FFN block in one launch
+// h = rms_norm(x) (norm), its quantization (act_h), gate / up = products of it,
+// s = swiglu(gate, up) (gate, up, s: Rows), its quantization (act_s), down =
+// product of s with the residual epilogue: the ops of ffn_block for one token,
+// each result written where the op writes it and bit for bit the same (the
+// same arithmetic in the same order as the fused producers and the one-token
+// row kernels). One resident wave of blocks; the phases meet at grid-wide
+// barriers (`barrier`: two zeroed words on the device, used by one stream);
+// every block computes the norm and quantization itself, and the weights of
+// all three products are prefetched into L2 at the start.
+struct FfnJob {
+    NormJob norm;
+    ActDest act_h;
+    MatvecJob gate, up;
+    Rows ga, ub, s;
+    ActDest act_s;
+    MatvecJob down;
+    unsigned* barrier = nullptr;
+};
+bool ffn_decode_fits(const FfnJob& j);
+void ffn_decode(const FfnJob& j, cudaStream_t s);
+
 // ---- attention over the KV cache
 struct KvView {
     void* k = nullptr;       // {d, n_kv, n_ctx, n_slots}

@@ -8,11 +8,15 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "common/env.h"
 #include "common/error.h"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/launch.cuh"
+#include "runtime/cuda/act_quant.cuh"
 #include "runtime/cuda/quant_dot.cuh"
 
 namespace qinfer::cuda {
@@ -431,7 +435,7 @@ bool rows_kernel_supports(GgmlType t) {
 
 // acc[0, RR) += rows [row0, row0 + RR) of w times the activations, this lane's
 // units; rows past N repeat row N - 1 (loaded, never written).
-template <GgmlType TY, int RR, int R>
+template <GgmlType TY, int RR, int R, class MA = FromGlobal>
 __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t N, const ActQ& A, int lane,
                                           float (&acc)[R]) {
     using U = RowUnit<TY>;
@@ -447,13 +451,13 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
     }
     pdl_wait();  // weights only so far; the activations are the previous kernel's output
     if (u >= units) return;
-    typename U::A ca = U::load_a(A, u);
+    typename U::A ca = U::template load_a<MA>(A, u);
     for (;;) {
 #pragma unroll
         for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[r], ca, u);
         u += WARP;
         if (u >= units) return;
-        ca = U::load_a(A, u);
+        ca = U::template load_a<MA>(A, u);
 #pragma unroll
         for (int r = 0; r < RR; ++r) cw[r] = U::load_w(w, blk0[r], u);
     }
@@ -480,6 +484,35 @@ __device__ __forceinline__ void conv_row(const ConvAfter& cv, int64_t c, int64_t
         if (r < K - 1) st[int64_t(r) * C] = r + 1 < K - 1 ? win[r + 1] : x;
 }
 
+// acc = rows [row0, row0 + rows_for(type, R)) of a K-quant weight times the
+// activations (this lane's share).
+template <int R, class MA = FromGlobal>
+__device__ __forceinline__ void rows_of_type(GgmlType type, const WArgs& w, int64_t row0, int64_t N, const ActQ& A,
+                                             int lane, float (&acc)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
+    if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, R, MA>(w, row0, N, A, lane, acc);
+    else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), R, MA>(w, row0, N, A, lane, acc);
+    else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), R, MA>(w, row0, N, A, lane, acc);
+}
+
+// The epilogue of rows [row0, row0 + rpw): warp sums, bias, residual, conv.
+template <int R>
+__device__ __forceinline__ void rows_store(const MvJobDev& j, int64_t row0, int rpw, float (&acc)[R], int lane) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (r >= rpw || row0 + r >= j.N) break;
+        const float v = warp_sum(acc[r]);
+        if (lane == 0) {
+            const int64_t row = row0 + r;
+            const float o = v + (j.bias ? j.bias[row] : 0.f);
+            j.y[row] = o;
+            if (j.res) j.res_out[row] = j.res[row] + o;
+            if (j.conv.w) conv_row(j.conv, row, j.N, o);
+        }
+    }
+}
+
 // Blocks per SM asked of the register allocator: Q4_K at R = 4 takes ~120
 // registers unbounded (4 blocks, 16 warps per SM), which would leave a gate+up
 // pair of 2 x 9216 rows in more than two waves.
@@ -500,23 +533,8 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R)) mmv_rows
     pdl_launch_dependents();
     if (row0 < j.N) {
         float acc[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[r] = 0.f;
-        if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R>(j.w, row0, j.N, A, lane, acc);
-        else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1)>(j.w, row0, j.N, A, lane, acc);
-        else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1)>(j.w, row0, j.N, A, lane, acc);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (r >= rpw || row0 + r >= j.N) break;
-            const float v = warp_sum(acc[r]);
-            if (lane == 0) {
-                const int64_t row = row0 + r;
-                const float o = v + (j.bias ? j.bias[row] : 0.f);
-                j.y[row] = o;
-                if (j.res) j.res_out[row] = j.res[row] + o;
-                if (j.conv.w) conv_row(j.conv, row, j.N, o);
-            }
-        }
+        rows_of_type<R>(type, j.w, row0, j.N, A, lane, acc);
+        rows_store<R>(j, row0, rpw, acc, lane);
     }
 }
 
@@ -559,6 +577,284 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
 
 void set_matvec_rows(int r) {
     g_rows_override.store(r == 1 || r == 2 || r == 4 || r == 8 ? r : 0, std::memory_order_relaxed);
+}
+
+// ---- the decode FFN block in one launch (FfnJob in kernels.h)
+
+namespace {
+
+struct FfnDev {
+    const float* x;  // norm input (the residual stream)
+    const float* norm_w;
+    float eps;
+    float* h;  // norm output (block 0 writes it)
+    int E, F;
+    ActOutPtrs act_h;  // its quantization (block 0 writes it; each block keeps its own copy)
+    MvJobDev gate, up, down;  // rpw set by the launcher
+    const float* g;
+    const float* u;
+    float* s;  // swiglu output
+    ActOutPtrs act_s;
+    const uint8_t* pf[3];  // weight bytes to pull into L2 at the start
+    int64_t pf_bytes[3];
+    unsigned* barrier;
+};
+
+// All blocks of the grid (co-resident: the launcher sizes it to one wave) meet
+// here; writes before it are visible to every block after it (bar[0]: arrivals,
+// bar[1]: generation).
+__device__ __forceinline__ void grid_barrier(unsigned* bar) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned* gen = bar + 1;
+        const unsigned g0 = *gen;
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (*gen == g0) __nanosleep(32);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// The quantized activations of one token row of up to kmax elements (a
+// multiple of 256) in shared memory: quants, block scales, 16-element sums,
+// each section 16-byte aligned (the product kernels load them 8 and 16 bytes
+// at a time).
+__host__ __device__ constexpr int smem_act_d_at(int kmax) { return kmax; }
+__host__ __device__ constexpr int smem_act_bsum_at(int kmax) { return (kmax + kmax / 256 * 4 + 15) / 16 * 16; }
+__host__ __device__ constexpr int smem_act_bytes(int kmax) { return smem_act_bsum_at(kmax) + kmax / 16 * 2; }
+struct SmemAct {
+    int8_t* qs;
+    float* d;
+    int16_t* bsum;
+    __device__ SmemAct(void* base, int kmax)
+        : qs(static_cast<int8_t*>(base)),
+          d(reinterpret_cast<float*>(static_cast<int8_t*>(base) + smem_act_d_at(kmax))),
+          bsum(reinterpret_cast<int16_t*>(static_cast<int8_t*>(base) + smem_act_bsum_at(kmax))) {}
+    __device__ ActQ view(int K) const {
+        ActQ a;
+        a.qs = qs;
+        a.d = d;
+        a.bsum = bsum;
+        a.K = K;
+        return a;
+    }
+};
+
+// One block has E / 8 threads (norm_quantize's row threads: a warp per
+// 256-element span). Phases: L2 prefetch of the weights; rms_norm + Q8_K
+// quantization of x (as reg_norm_kernel computes it for one row); gate and up
+// rows (R rows per warp group, as mmv_rows_kernel); barrier; swiglu +
+// quantization, a warp per span (as gate_quant_kernel); barrier; down rows
+// with the residual.
+// Rows [row0, row0 + rpw) of a weight of type TY (R for Q4_K, R / 2 otherwise).
+template <GgmlType TY, int R>
+__device__ __forceinline__ void ffn_rows(const MvJobDev& j, int64_t row0, const ActQ& a, int lane) {
+    constexpr int RR = TY == GgmlType::Q4_K ? R : (R > 1 ? R / 2 : 1);
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
+    rows_lane<TY, RR, R, FromShared>(j.w, row0, j.N, a, lane, acc);
+    rows_store<R>(j, row0, j.rpw, acc, lane);
+}
+
+template <int TG, int TD, int R, int RD>
+__global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
+    extern __shared__ int4 ffn_smem[];
+    __shared__ float red[32];
+    const int lane = threadIdx.x % WARP, wib = threadIdx.x / WARP, nwb = blockDim.x / WARP;
+    const int kmax = max(f.E, f.F);
+    pdl_launch_dependents();
+    {
+        const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, nt = int64_t(gridDim.x) * blockDim.x;
+#pragma unroll
+        for (int i = 0; i < 3; ++i)
+            for (int64_t off = t * 128; off < f.pf_bytes[i]; off += nt * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(f.pf[i] + off));
+    }
+    pdl_wait();
+
+    // rms_norm + quantization: lane holds elements 256 wib + 8 lane + [0, 8)
+    SmemAct sa(ffn_smem, kmax);
+    {
+        const int k0 = 256 * wib + 8 * lane;
+        float v[8], wv[8];
+        const float4 x0 = *reinterpret_cast<const float4*>(f.x + k0), x1 = *reinterpret_cast<const float4*>(f.x + k0 + 4);
+        const float4 w0 = *reinterpret_cast<const float4*>(f.norm_w + k0),
+                     w1 = *reinterpret_cast<const float4*>(f.norm_w + k0 + 4);
+        v[0] = x0.x; v[1] = x0.y; v[2] = x0.z; v[3] = x0.w; v[4] = x1.x; v[5] = x1.y; v[6] = x1.z; v[7] = x1.w;
+        wv[0] = w0.x; wv[1] = w0.y; wv[2] = w0.z; wv[3] = w0.w; wv[4] = w1.x; wv[5] = w1.y; wv[6] = w1.z; wv[7] = w1.w;
+        float ss = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ss = fmaf(v[i], v[i], ss);
+        for (int o = WARP / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) red[wib] = ss;
+        __syncthreads();
+        ss = warp_sum(lane < nwb ? red[lane] : 0.f);
+        const float sc = 1.f / sqrtf(ss / float(f.E) + f.eps);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = (v[i] * sc) * wv[i];
+        if (blockIdx.x == 0) {
+            *reinterpret_cast<float4*>(f.h + k0) = make_float4(v[0], v[1], v[2], v[3]);
+            *reinterpret_cast<float4*>(f.h + k0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
+            quantize_span<3>(v, lane, f.act_h, 0, f.E, 256 * wib, true);
+        }
+        quantize_span<3>(v, lane, ActOutPtrs{sa.qs, sa.d, nullptr, sa.bsum}, 0, f.E, 256 * wib, true);
+        __syncthreads();
+    }
+
+    const int W = int(gridDim.x) * nwb, w0 = int(blockIdx.x) * nwb + wib;
+    {  // gate and up rows
+        const ActQ a = sa.view(f.E);
+        const int64_t ng_gate = (f.gate.N + f.gate.rpw - 1) / f.gate.rpw;
+        const int64_t ng = ng_gate + (f.up.N + f.up.rpw - 1) / f.up.rpw;
+        for (int64_t g = w0; g < ng; g += W) {
+            const bool is_gate = g < ng_gate;
+            const MvJobDev& j = is_gate ? f.gate : f.up;
+            ffn_rows<GgmlType(TG), R>(j, (is_gate ? g : g - ng_gate) * j.rpw, a, lane);
+        }
+    }
+    grid_barrier(f.barrier);
+
+    // swiglu + quantization; gate / up come from other blocks: L2 loads
+    for (int sp = w0; sp < f.F / 256; sp += W) {
+        const int k = 256 * sp + 8 * lane;
+        float v[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float av = __ldcg(f.g + k + i);
+            v[i] = silu(av) * __ldcg(f.u + k + i);
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) f.s[k + i] = v[i];
+        quantize_span<3>(v, lane, f.act_s, 0, f.F, 256 * sp, true);
+    }
+    grid_barrier(f.barrier);
+
+    {  // down rows, on a copy of the quantized s
+        SmemAct sd(ffn_smem, kmax);
+        for (int i = threadIdx.x; i < f.F / 16; i += blockDim.x)
+            reinterpret_cast<int4*>(sd.qs)[i] = __ldcg(reinterpret_cast<const int4*>(f.act_s.qs) + i);
+        for (int i = threadIdx.x; i < f.F / 256; i += blockDim.x) sd.d[i] = __ldcg(f.act_s.d + i);
+        for (int i = threadIdx.x; i < f.F / 16; i += blockDim.x) sd.bsum[i] = __ldcg(f.act_s.bsum + i);
+        __syncthreads();
+        const ActQ a = sd.view(f.F);
+        const int64_t ng = (f.down.N + f.down.rpw - 1) / f.down.rpw;
+        for (int64_t g = w0; g < ng; g += W) ffn_rows<GgmlType(TD), RD>(f.down, g * f.down.rpw, a, lane);
+    }
+}
+
+constexpr int kFfnRows = 4;      // rows per warp group of gate / up (Q4_K; half for Q5_K / Q6_K)
+constexpr int kFfnDownRows = 1;  // of down (long rows)
+
+size_t ffn_smem_bytes(int64_t E, int64_t F) { return size_t(smem_act_bytes(int(std::max(E, F)))); }
+
+// Blocks of the one wave: what fits per SM, at most ~24 warps per SM.
+int ffn_grid(const void* kernel, int threads, size_t smem) {
+    static std::mutex mu;
+    static std::map<std::tuple<const void*, int, int, size_t>, int> cache;
+    int dev = 0;
+    QINFER_CUDA_CHECK(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    int& blocks = cache[{kernel, dev, threads, smem}];
+    if (blocks == 0) {
+        int per_sm = 0;
+        QINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+        if (per_sm < 1) fail("CUDA FFN kernel: does not fit on one SM");
+        const int want = std::max(1, 24 * WARP / threads);
+        blocks = std::min(per_sm, want) * sm_count();
+    }
+    return blocks;
+}
+
+template <int TG, int TD>
+void ffn_start(const FfnDev& f, cudaStream_t s) {
+    auto kernel = ffn_decode_kernel<TG, TD, kFfnRows, kFfnDownRows>;
+    const int threads = f.E / 8;
+    const size_t smem = ffn_smem_bytes(f.E, f.F);
+    allow_dynamic_smem(kernel, smem);
+    const int grid = ffn_grid(reinterpret_cast<const void*>(kernel), threads, smem);
+    launch("ffn_decode_kernel", kernel, dim3(unsigned(grid)), dim3(unsigned(threads)), smem, s, f);
+}
+template <int TG>
+void ffn_start_d(GgmlType down, const FfnDev& f, cudaStream_t s) {
+    switch (down) {
+        case GgmlType::Q4_K: return ffn_start<TG, int(GgmlType::Q4_K)>(f, s);
+        case GgmlType::Q5_K: return ffn_start<TG, int(GgmlType::Q5_K)>(f, s);
+        default: return ffn_start<TG, int(GgmlType::Q6_K)>(f, s);
+    }
+}
+void ffn_start_g(GgmlType gate, GgmlType down, const FfnDev& f, cudaStream_t s) {
+    switch (gate) {
+        case GgmlType::Q4_K: return ffn_start_d<int(GgmlType::Q4_K)>(down, f, s);
+        case GgmlType::Q5_K: return ffn_start_d<int(GgmlType::Q5_K)>(down, f, s);
+        default: return ffn_start_d<int(GgmlType::Q6_K)>(down, f, s);
+    }
+}
+
+bool is_row_kernel_type(GgmlType t) {
+    return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
+}
+bool plain_vector(const Rows& r, int64_t n) { return r.data && r.n == n && r.n1 * r.n2 == 1; }
+bool aligned16_ptr(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+bool ffn_decode_fits(const FfnJob& j) {
+    const int64_t E = j.norm.x.n, F = j.gate.w.N;
+    if (matvec_variant() < 3 || !j.barrier) return false;
+    if (E < 256 || E % 256 != 0 || E > 4096 || F < 256 || F % 256 != 0) return false;
+    if (j.norm.op != NormOp::Rms || !plain_vector(j.norm.x, E) || !plain_vector(j.norm.y, E) || !j.norm.w ||
+        !aligned16_ptr(j.norm.x.data) || !aligned16_ptr(j.norm.y.data) || !aligned16_ptr(j.norm.w))
+        return false;
+    const bool q8k_h = j.act_h.kind == ActKind::Q8_K && j.act_h.K == E && j.act_h.T == 1 && j.act_h.x == j.norm.y.data;
+    const bool q8k_s = j.act_s.kind == ActKind::Q8_K && j.act_s.K == F && j.act_s.T == 1 && j.act_s.x == j.s.data;
+    if (!q8k_h || !q8k_s) return false;
+    for (const MatvecJob* m : {&j.gate, &j.up, &j.down})
+        if (!is_row_kernel_type(m->w.type) || m->conv.w || m->bias) return false;
+    if (j.gate.w.K != E || j.up.w.K != E || j.up.w.N != F || j.down.w.K != F || j.down.w.N != E) return false;
+    if (j.gate.res || j.up.res || j.gate.y == j.up.y || j.gate.w.type != j.up.w.type) return false;
+    if (!plain_vector(j.ga, F) || !plain_vector(j.ub, F) || !plain_vector(j.s, F) || j.ga.data != j.gate.y ||
+        j.ub.data != j.up.y)
+        return false;
+    if (j.down.res && (!j.down.res_out)) return false;
+    return true;
+}
+
+void ffn_decode(const FfnJob& j, cudaStream_t s) {
+    if (!ffn_decode_fits(j)) fail("CUDA FFN kernel: the ops do not fit it");
+    FfnDev f{};
+    f.x = j.norm.x.data;
+    f.norm_w = j.norm.w;
+    f.eps = j.norm.eps;
+    f.h = j.norm.y.data;
+    f.E = int(j.norm.x.n);
+    f.F = int(j.gate.w.N);
+    f.act_h = act_out(j.act_h);
+    f.gate = job_dev(j.gate);
+    f.up = job_dev(j.up);
+    f.down = job_dev(j.down);
+    f.gate.rpw = rows_for(j.gate.w.type, kFfnRows);
+    f.up.rpw = rows_for(j.up.w.type, kFfnRows);
+    f.down.rpw = 1;
+    f.g = j.gate.y;
+    f.u = j.up.y;
+    f.s = j.s.data;
+    f.act_s = act_out(j.act_s);
+    const MatvecJob* ws[3] = {&j.gate, &j.up, &j.down};
+    static const bool prefetch = env_int("QINFER_CUDA_FFN_PREFETCH", 0, 1, 1) != 0;  // (A/B)
+    for (int i = 0; i < 3 && prefetch; ++i) {
+        f.pf[i] = ws[i]->w.data;
+        f.pf_bytes[i] = int64_t(ws[i]->w.layout.main_bytes) * ws[i]->w.N * (ws[i]->w.K / 256);
+    }
+    f.barrier = j.barrier;
+    ffn_start_g(j.gate.w.type, j.down.w.type, f, s);
+    QINFER_CUDA_LAUNCHED("ffn_decode");
 }
 
 bool matvec_multi_supports(GgmlType t) {

@@ -461,11 +461,6 @@ bool rows_are_act_input(const Rows& r, const ActDest& q, int64_t m) {
 // stores past its token row.
 bool whole_blocks(const ActDest& q) { return q.K % (q.kind == ActKind::Q8_K ? 256 : 32) == 0; }
 
-ActOutPtrs act_out(const ActDest& q) {
-    const ActQ v = act_view(q.kind, q.buf, q.x, q.K, q.T);
-    return ActOutPtrs{const_cast<int8_t*>(v.qs), const_cast<float*>(v.d), const_cast<float*>(v.s),
-                      const_cast<int16_t*>(v.bsum)};
-}
 }  // namespace
 
 namespace {

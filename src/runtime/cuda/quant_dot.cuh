@@ -273,6 +273,19 @@ template <> struct QDot<GgmlType::Q6_K> {
 // kernels. u is the unit's index within its row (block u / UPB).
 template <GgmlType T> struct RowUnit;
 
+// Where load_a reads the quantized activations: global memory through the
+// read-only cache, or a block's copy in shared memory (the fused FFN kernel).
+struct FromGlobal {
+    __device__ static int4 ld16(const void* p) { return cuda::ld16(p); }
+    __device__ static int2 ld8(const void* p) { return __ldg(reinterpret_cast<const int2*>(p)); }
+    __device__ static float ldf(const float* p) { return __ldg(p); }
+};
+struct FromShared {
+    __device__ static int4 ld16(const void* p) { return *reinterpret_cast<const int4*>(p); }
+    __device__ static int2 ld8(const void* p) { return *reinterpret_cast<const int2*>(p); }
+    __device__ static float ldf(const float* p) { return *p; }
+};
+
 // Signed 16-bit half `hi` (0 low, 1 high) of a word.
 __device__ __forceinline__ int half16(int w, int hi) { return hi ? (w >> 16) : int(int16_t(w & 0xFFFF)); }
 
@@ -290,11 +303,11 @@ template <> struct RowUnit<GgmlType::Q4_K> {
         const uint8_t* b = w.base + 144 * (blk0 + (u >> 3));
         return W{ld16(b), ld16(b + 16 + 16 * (u & 7))};  // group (u & 7) / 2, half u & 1
     }
+    template <class M = FromGlobal>
     __device__ static A load_a(const ActQ& a, int u) {
         const int jb = u >> 3, g = (u & 7) >> 1, c = u & 1;
         const int e = 256 * jb + 64 * g + 16 * c;
-        return A{ld16(a.qs + e), ld16(a.qs + e + 32),
-                 __ldg(reinterpret_cast<const int2*>(a.bsum + 16 * jb + 4 * g)), __ldg(a.d + jb)};
+        return A{M::ld16(a.qs + e), M::ld16(a.qs + e + 32), M::ld8(a.bsum + 16 * jb + 4 * g), M::ldf(a.d + jb)};
     }
     __device__ static float dot(const W& w, const A& a, int u) {
         return scaled(w.hd, and4(w.q, 0x0F0F0F0F), and4(shr4(w.q, 4), 0x0F0F0F0F), a, u);
@@ -324,7 +337,8 @@ template <> struct RowUnit<GgmlType::Q5_K> {
         const uint8_t* b = w.base + 176 * (blk0 + (u >> 3));
         return W{ld16(b), ld16(b + 16 + 16 * (u & 1)), ld16(b + 48 + 16 * (u & 7))};
     }
-    __device__ static A load_a(const ActQ& a, int u) { return RowUnit<GgmlType::Q4_K>::load_a(a, u); }
+    template <class M = FromGlobal>
+    __device__ static A load_a(const ActQ& a, int u) { return RowUnit<GgmlType::Q4_K>::load_a<M>(a, u); }
     __device__ static float dot(const W& w, const A& a, int u) {
         const int g = (u & 7) >> 1;
         const int4 bl = and4(shr4(w.qh, 2 * g), 0x01010101), bh = and4(shr4(w.qh, 2 * g + 1), 0x01010101);
@@ -355,11 +369,12 @@ template <> struct RowUnit<GgmlType::Q6_K> {
                  __ldg(reinterpret_cast<const int2*>(b + 192 + 8 * n)),
                  uint32_t(__ldg(reinterpret_cast<const uint16_t*>(w.d) + blk))};
     }
+    template <class M = FromGlobal>
     __device__ static A load_a(const ActQ& a, int u) {
         const int jb = u >> 2, n = (u & 3) >> 1, l0 = 16 * (u & 1);
         const int8_t* aq = a.qs + 256 * jb + 128 * n + l0;
-        return A{{ld16(aq), ld16(aq + 32), ld16(aq + 64), ld16(aq + 96)}, ld16(a.bsum + 16 * jb + 8 * n),
-                 __ldg(a.d + jb)};
+        return A{{M::ld16(aq), M::ld16(aq + 32), M::ld16(aq + 64), M::ld16(aq + 96)},
+                 M::ld16(a.bsum + 16 * jb + 8 * n), M::ldf(a.d + jb)};
     }
     __device__ static float dot(const W& w, const A& a, int u) {
         const int is = u & 1;
