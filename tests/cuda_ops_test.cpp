@@ -495,6 +495,17 @@ struct Trio {
         be[i]->read(t, v.data(), v.size() * 4);
         return v;
     }
+    // The two CUDA results bit for bit, the fused one near the CPU's.
+    void expect_same_and_near_cpu(const T3& t, const char* fused, const std::string& at) {
+        const std::vector<float> ref = get(0, t[0]), off = get(1, t[1]), on = get(2, t[2]);
+        EXPECT_EQ(0, std::memcmp(off.data(), on.data(), off.size() * 4)) << t[0].name << " differs " << fused << ", " << at;
+        double m = 0, r = 0;
+        for (size_t k = 0; k < ref.size(); ++k) {
+            m = std::isfinite(on[k]) ? std::max(m, double(std::fabs(on[k] - ref[k]))) : INFINITY;
+            r = std::max(r, double(std::fabs(ref[k])));
+        }
+        EXPECT_LT(m, 5e-3 * (r + 1)) << t[0].name << " vs CPU, " << at;
+    }
 };
 
 uint64_t fused_producers(Backend& be) {
@@ -601,18 +612,8 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
                 }
                 const std::string at = std::string(type_name(c.type)) + " K=" + std::to_string(K) +
                                        " T=" + std::to_string(T) + " step " + std::to_string(step);
-                for (const Trio::T3* t : {&h, &g, &att, &o, &o2, &y3, &yg, &o3, &la, &lb, &ra, &rb, &qn, &kk}) {
-                    const std::vector<float> ref = tr.get(0, (*t)[0]), off = tr.get(1, (*t)[1]),
-                                             on = tr.get(2, (*t)[2]);
-                    EXPECT_EQ(0, std::memcmp(off.data(), on.data(), off.size() * 4))
-                        << (*t)[0].name << " differs with fusion, " << at;
-                    double m = 0, r = 0;
-                    for (size_t k = 0; k < ref.size(); ++k) {
-                        m = std::isfinite(on[k]) ? std::max(m, double(std::fabs(on[k] - ref[k]))) : INFINITY;
-                        r = std::max(r, double(std::fabs(ref[k])));
-                    }
-                    EXPECT_LT(m, 5e-3 * (r + 1)) << (*t)[0].name << " vs CPU, " << at;
-                }
+                for (const Trio::T3* t : {&h, &g, &att, &o, &o2, &y3, &yg, &o3, &la, &lb, &ra, &rb, &qn, &kk})
+                    tr.expect_same_and_near_cpu(*t, "with fusion", at);
             }
             // Per issued step: the two norms, swiglu, the sigmoid gate, the l2 pair,
             // the q / k norms with rope and the gated norm where it fits; steps 1-3
@@ -666,17 +667,7 @@ TEST(CudaFusion, FfnBlockInOneLaunchEqualsOpsOneByOne) {
             }
             const std::string at = std::string(type_name(c.gate)) + "/" + type_name(c.down) +
                                    " E=" + std::to_string(E) + " step " + std::to_string(step);
-            for (const Trio::T3* t : {&h, &g, &u, &o, &x}) {
-                const std::vector<float> ref = tr.get(0, (*t)[0]), off = tr.get(1, (*t)[1]), on = tr.get(2, (*t)[2]);
-                EXPECT_EQ(0, std::memcmp(off.data(), on.data(), off.size() * 4))
-                    << (*t)[0].name << " differs in one launch, " << at;
-                double m = 0, r = 0;
-                for (size_t k = 0; k < ref.size(); ++k) {
-                    m = std::isfinite(on[k]) ? std::max(m, double(std::fabs(on[k] - ref[k]))) : INFINITY;
-                    r = std::max(r, double(std::fabs(ref[k])));
-                }
-                EXPECT_LT(m, 5e-3 * (r + 1)) << (*t)[0].name << " vs CPU, " << at;
-            }
+            for (const Trio::T3* t : {&h, &g, &u, &o, &x}) tr.expect_same_and_near_cpu(*t, "in one launch", at);
         }
         // 7 ops fused per step that ran its queue (eager or recorded; replays do not)
         const uint64_t fused = fused_producers(*tr.be[2]) - fused0;

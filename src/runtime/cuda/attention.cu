@@ -125,19 +125,8 @@ int launch_split(AttnArgs a, int T, int n_kv, int ns_cap, cudaStream_t s) {
     allow_dynamic_smem(kernel, smem);  // K/V tiles above the 48 KB default
     int ns = ns_cap;
     if (ns > 1) {
-        constexpr int kMaxDevices = 64;
-        static std::atomic<int> resident[kMaxDevices];  // per device; the kernel is fixed per process
-        int dev = 0;
-        QINFER_CUDA_CHECK(cudaGetDevice(&dev));
-        int r = dev < kMaxDevices ? resident[dev].load(std::memory_order_relaxed) : 0;
-        if (r == 0) {
-            int per_sm = 0, sms = 0;
-            QINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, ATTN_THREADS, smem));
-            QINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-            r = std::max(1, per_sm * sms);
-            if (dev < kMaxDevices) resident[dev].store(r, std::memory_order_relaxed);
-        }
-        ns = std::clamp(r / n_kv, 1, ns_cap);
+        const Residency r = residency(kernel, ATTN_THREADS, smem);
+        ns = std::clamp(std::max(1, r.per_sm * r.sms) / n_kv, 1, ns_cap);
     }
     a.n_split = ns;
     const dim3 grid(static_cast<unsigned>(n_kv), unsigned(T), unsigned(ns));

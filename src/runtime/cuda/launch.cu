@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 namespace qinfer::cuda {
@@ -38,6 +39,20 @@ void allow_dynamic_smem(const void* kernel, size_t bytes) {
     if (have >= bytes) return;
     QINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     have = bytes;
+}
+
+Residency residency(const void* kernel, int threads, size_t smem) {
+    int dev = 0;
+    QINFER_CUDA_CHECK(cudaGetDevice(&dev));
+    static std::mutex mu;
+    static std::map<std::tuple<const void*, int, int, size_t>, Residency> known;
+    std::lock_guard<std::mutex> lock(mu);
+    Residency& r = known[{kernel, dev, threads, smem}];
+    if (r.sms == 0) {
+        QINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.per_sm, kernel, threads, smem));
+        QINFER_CUDA_CHECK(cudaDeviceGetAttribute(&r.sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return r;
 }
 
 }  // namespace qinfer::cuda

@@ -57,6 +57,18 @@ template <class... KArgs> void allow_dynamic_smem(void (*kernel)(KArgs...), size
     allow_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
 }
 
+// How many blocks of `kernel` (`threads` each, `smem` bytes of dynamic shared
+// memory) one SM of the current device holds at once, and its SM count: what
+// a grid of one resident wave may have. Asked of the runtime once per kernel,
+// device and shape.
+struct Residency {
+    int per_sm = 0, sms = 0;
+};
+Residency residency(const void* kernel, int threads, size_t smem);
+template <class... KArgs> Residency residency(void (*kernel)(KArgs...), int threads, size_t smem) {
+    return residency(reinterpret_cast<const void*>(kernel), threads, smem);
+}
+
 // kernel<<<grid, block, smem, s>>>(args...), with PDL when pdl_enabled().
 template <class... KArgs, class... Args>
 void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,

@@ -8,9 +8,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -756,20 +753,9 @@ size_t ffn_smem_bytes(int64_t E, int64_t F) { return size_t(smem_act_bytes(int(s
 
 // Blocks of the one wave: what fits per SM, at most ~24 warps per SM.
 int ffn_grid(const void* kernel, int threads, size_t smem) {
-    static std::mutex mu;
-    static std::map<std::tuple<const void*, int, int, size_t>, int> cache;
-    int dev = 0;
-    QINFER_CUDA_CHECK(cudaGetDevice(&dev));
-    std::lock_guard<std::mutex> lock(mu);
-    int& blocks = cache[{kernel, dev, threads, smem}];
-    if (blocks == 0) {
-        int per_sm = 0;
-        QINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-        if (per_sm < 1) fail("CUDA FFN kernel: does not fit on one SM");
-        const int want = std::max(1, 24 * WARP / threads);
-        blocks = std::min(per_sm, want) * sm_count();
-    }
-    return blocks;
+    const Residency r = residency(kernel, threads, smem);
+    if (r.per_sm < 1) fail("CUDA FFN kernel: does not fit on one SM");
+    return std::min(r.per_sm, std::max(1, 24 * WARP / threads)) * r.sms;
 }
 
 template <int TG, int TD>
