@@ -16,6 +16,7 @@
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/launch.cuh"
 #include "runtime/cuda/quant_dot.cuh"
+#include "runtime/cuda/tensor_core.cuh"
 
 namespace qinfer::cuda {
 
@@ -32,29 +33,6 @@ struct HSmem {
     __half blo[HN][24];    // sum_j & 63
     float dw[HM], dmin[HM], da[HN];
 };
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-__device__ __forceinline__ void hmma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                     uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Two unsigned bytes (selected by `sel` from u) as exact halves: 0x64XX = 1024 + XX.
-__device__ __forceinline__ __half2 bytes_to_half2(uint32_t u, uint32_t sel, float bias) {
-    const uint32_t h = __byte_perm(u, 0x64646464u, sel);
-    __half2 v = *reinterpret_cast<const __half2*>(&h);
-    return __hsub2(v, __float2half2_rn(bias));
-}
 
 // 16 unsigned quant bytes (0..63) times a scale, as 16 halves at dst.
 __device__ __forceinline__ void store_scaled(__half* dst, const int4 q, __half2 sc, float bias) {
@@ -208,26 +186,26 @@ __global__ void __launch_bounds__(H_THREADS) hmma_kernel(WArgs w, ActQ A, int64_
             uint32_t a[2][4], b[4][2];
 #pragma unroll
             for (int i = 0; i < 2; ++i)
-                ldsm_x4(smem_u32(&s.a[ar + 16 * i + arow][k + acol]), a[i][0], a[i][1], a[i][2], a[i][3]);
+                ldsm_x4(smem_addr(&s.a[ar + 16 * i + arow][k + acol]), a[i]);
 #pragma unroll
             for (int cp = 0; cp < 2; ++cp)
-                ldsm_x4(smem_u32(&s.b[bt + 16 * cp + brow][k + bcol]), b[2 * cp][0], b[2 * cp][1], b[2 * cp + 1][0],
+                ldsm_x4(smem_addr(&s.b[bt + 16 * cp + brow][k + bcol]), b[2 * cp][0], b[2 * cp][1], b[2 * cp + 1][0],
                         b[2 * cp + 1][1]);
 #pragma unroll
             for (int i = 0; i < 2; ++i)
 #pragma unroll
-                for (int c = 0; c < 4; ++c) hmma(c1[i][c], a[i][0], a[i][1], a[i][2], a[i][3], b[c][0], b[c][1]);
+                for (int c = 0; c < 4; ++c) mma_16816(c1[i][c], a[i], b[c][0], b[c][1]);
         }
         if (HAS_MIN) {
             uint32_t a[2][4], bh[4][2], bl[4][2];
 #pragma unroll
             for (int i = 0; i < 2; ++i)
-                ldsm_x4(smem_u32(&s.amin[ar + 16 * i + arow][acol]), a[i][0], a[i][1], a[i][2], a[i][3]);
+                ldsm_x4(smem_addr(&s.amin[ar + 16 * i + arow][acol]), a[i]);
 #pragma unroll
             for (int cp = 0; cp < 2; ++cp) {
-                ldsm_x4(smem_u32(&s.bhi[bt + 16 * cp + brow][bcol]), bh[2 * cp][0], bh[2 * cp][1], bh[2 * cp + 1][0],
+                ldsm_x4(smem_addr(&s.bhi[bt + 16 * cp + brow][bcol]), bh[2 * cp][0], bh[2 * cp][1], bh[2 * cp + 1][0],
                         bh[2 * cp + 1][1]);
-                ldsm_x4(smem_u32(&s.blo[bt + 16 * cp + brow][bcol]), bl[2 * cp][0], bl[2 * cp][1], bl[2 * cp + 1][0],
+                ldsm_x4(smem_addr(&s.blo[bt + 16 * cp + brow][bcol]), bl[2 * cp][0], bl[2 * cp][1], bl[2 * cp + 1][0],
                         bl[2 * cp + 1][1]);
             }
             float lo[2][4][4];
@@ -236,8 +214,8 @@ __global__ void __launch_bounds__(H_THREADS) hmma_kernel(WArgs w, ActQ A, int64_
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
                     lo[i][c][0] = lo[i][c][1] = lo[i][c][2] = lo[i][c][3] = 0.f;
-                    hmma(c2[i][c], a[i][0], a[i][1], a[i][2], a[i][3], bh[c][0], bh[c][1]);
-                    hmma(lo[i][c], a[i][0], a[i][1], a[i][2], a[i][3], bl[c][0], bl[c][1]);
+                    mma_16816(c2[i][c], a[i], bh[c][0], bh[c][1]);
+                    mma_16816(lo[i][c], a[i], bl[c][0], bl[c][1]);
 #pragma unroll
                     for (int e = 0; e < 4; ++e) c2[i][c][e] = 64.f * c2[i][c][e] + lo[i][c][e];
                 }
