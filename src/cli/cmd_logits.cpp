@@ -39,7 +39,7 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 
 int cmd_logits(int argc, char** argv) {
     CLI::App app{"Write float32 logits [n_ids][n_vocab] for every position of a token id list", "qinfer logits"};
-    std::string model_path, ids_str, out_path, kv = "f16";
+    std::string model_path, ids_str, out_path, kv = "f16", kv_v;
     int threads = 0, ctx = 0, gpu_layers = 0;
     app.add_option("-m,--model", model_path, "GGUF model file")->required();
     app.add_option("--gpu-layers,--n-gpu-layers", gpu_layers, "layers on the GPU (-ngl; 99 = all, with head)");
@@ -47,7 +47,7 @@ int cmd_logits(int argc, char** argv) {
     app.add_option("-o,--out", out_path, "output file (float32 little-endian)")->required();
     app.add_option("-t,--threads", threads, "CPU threads (default: physical cores)");
     app.add_option("-c,--ctx-size", ctx, "context size (default: number of ids)");
-    app.add_option("--kv-type", kv, "KV cache type: f16, f32 or q8_0")->check(CLI::IsMember({"f16", "f32", "q8_0"}));
+    add_kv_type_flags(app, kv, kv_v);
     try {
         std::vector<std::string> storage;
         std::vector<char*> args = normalize_llama_flags(argc, argv, storage);
@@ -62,7 +62,7 @@ int cmd_logits(int argc, char** argv) {
     opt.gpu_layers = gpu_layers;
     opt.n_ctx = ctx > 0 ? ctx : int(ids.size());
     opt.n_batch = int(ids.size());
-    opt.kv_type = kv == "f32" ? GgmlType::F32 : kv == "q8_0" ? GgmlType::Q8_0 : GgmlType::F16;
+    opt.kv_type = *type_from_name(kv_cache_type_name(kv_type_from_flags(kv, kv_v)));  // the names are GGUF's
     if (int(ids.size()) > opt.n_ctx)
         fail(strfmt("%zu ids do not fit a context of %d tokens", ids.size(), opt.n_ctx));
 
