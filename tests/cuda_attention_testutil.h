@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/fp16.h"
+#include "quant/quant.h"
 #include "cuda_testutil.h"
 #include "runtime/cuda/kernels.h"
 
@@ -36,31 +37,34 @@ struct Dev {
     template <typename T> T* as() const { return static_cast<T*>(p); }
 };
 
-// A KV cache {d, n_kv, n_ctx, n_slots} on the device, f16 or f32, with a host
-// copy (f32: the values the device holds) of the first `rows` positions of
-// each slot (all by default; long caches keep only what the test fills).
-// Everything not filled is NaN on both sides, so a key read past what a step
-// may see poisons the output.
+// A KV cache {d, n_kv, n_ctx, n_slots} on the device, f16, f32 or q8_0, with
+// a host copy (f32: the values the device holds, dequantized for q8_0) of the
+// first `rows` positions of each slot (all by default; long caches keep only
+// what the test fills). Everything not filled is NaN on both sides (0xFF
+// bytes: a NaN f16 scale for q8_0), so a key read past what a step may see
+// poisons the output.
 struct KvTestCache {
     int64_t d, n_kv, n_ctx, n_slots, rows;
-    bool f16;
+    GgmlType type;
     std::vector<float> k, v;
     Dev dk, dv;
-    KvTestCache(int64_t d_, int64_t n_kv_, int64_t n_ctx_, int64_t n_slots_, bool f16_ = true, int64_t rows_ = -1)
+    KvTestCache(int64_t d_, int64_t n_kv_, int64_t n_ctx_, int64_t n_slots_, GgmlType type_ = GgmlType::F16,
+                int64_t rows_ = -1)
         : d(d_), n_kv(n_kv_), n_ctx(n_ctx_), n_slots(n_slots_), rows(rows_ < 0 ? n_ctx_ : std::min(rows_, n_ctx_)),
-          f16(f16_), dk(bytes()), dv(bytes()) {
+          type(type_), dk(bytes()), dv(bytes()) {
         if (dk.p) cudaMemset(dk.p, 0xFF, bytes());
         if (dv.p) cudaMemset(dv.p, 0xFF, bytes());
         k.assign(size_t(d * n_kv * rows * n_slots), kNaN);
         v.assign(k.size(), kNaN);
     }
-    size_t elt() const { return f16 ? 2 : 4; }
-    size_t bytes() const { return size_t(d * n_kv * n_ctx * n_slots) * elt(); }
-    // First element of position p of slot s: on the device, in the host copy.
-    size_t off(int64_t s, int64_t p) const { return size_t((s * n_ctx + p) * n_kv * d); }
+    // Bytes of one kv head's row of d values.
+    size_t head_row_bytes() const { return row_bytes(type, d); }
+    size_t bytes() const { return size_t(n_kv * n_ctx * n_slots) * head_row_bytes(); }
+    // Position p of slot s: its byte on the device, its first element in the host copy.
+    size_t off_bytes(int64_t s, int64_t p) const { return size_t((s * n_ctx + p) * n_kv) * head_row_bytes(); }
     size_t hoff(int64_t s, int64_t p) const { return size_t((s * rows + p) * n_kv * d); }
-    // Random rows [0, n) of slot s (f16-rounded where the cache is f16); the
-    // rest of the slot back to NaN.
+    // Random rows [0, n) of slot s (rounded to what the cache holds); the rest
+    // of the slot back to NaN.
     void fill(int64_t s, int64_t n, uint32_t seed) {
         ASSERT_LE(n, rows);
         const size_t row = size_t(n_kv * d);
@@ -68,19 +72,17 @@ struct KvTestCache {
             std::vector<float> x = randn(size_t(n) * row, seed + uint32_t(which));
             std::vector<float>& h = which ? v : k;
             char* base = static_cast<char*>((which ? dv : dk).p);
-            if (f16) {
-                std::vector<uint16_t> hx(x.size());
-                for (size_t i = 0; i < x.size(); ++i) {
-                    hx[i] = fp32_to_fp16(x[i]);
-                    x[i] = fp16_to_fp32(hx[i]);
-                }
-                ASSERT_EQ(cudaMemcpy(base + off(s, 0) * 2, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice),
-                          cudaSuccess);
-            } else {
-                ASSERT_EQ(cudaMemcpy(base + off(s, 0) * 4, x.data(), x.size() * 4, cudaMemcpyHostToDevice),
-                          cudaSuccess);
+            std::vector<uint8_t> stored(size_t(n * n_kv) * head_row_bytes());
+            for (size_t r = 0; r < size_t(n * n_kv); ++r) {  // one kv head's row at a time
+                float* xr = x.data() + r * size_t(d);
+                uint8_t* sr = stored.data() + r * head_row_bytes();
+                quantize_row(type, xr, sr, d);
+                dequantize_row(type, sr, xr, d);
             }
-            ASSERT_EQ(cudaMemset(base + off(s, n) * elt(), 0xFF, size_t(n_ctx - n) * row * elt()), cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(base + off_bytes(s, 0), stored.data(), stored.size(), cudaMemcpyHostToDevice),
+                      cudaSuccess);
+            ASSERT_EQ(cudaMemset(base + off_bytes(s, n), 0xFF, size_t(n_ctx - n) * size_t(n_kv) * head_row_bytes()),
+                      cudaSuccess);
             std::copy(x.begin(), x.end(), h.begin() + std::ptrdiff_t(hoff(s, 0)));
             std::fill(h.begin() + std::ptrdiff_t(hoff(s, n)), h.begin() + std::ptrdiff_t(hoff(s + 1, 0)), kNaN);
         }
@@ -89,7 +91,7 @@ struct KvTestCache {
         cuda::KvView kv;
         kv.k = dk.p;
         kv.v = dv.p;
-        kv.f16 = f16;
+        kv.type = type;
         kv.d = d;
         kv.n_kv = n_kv;
         kv.n_ctx = n_ctx;

@@ -297,12 +297,12 @@ double rel_err(const std::vector<float>& ref, const std::vector<float>& got) {
 
 struct DecodeCase {
     int64_t d, group;
-    bool f16;
+    GgmlType kv;
 };
 
 // Readable parameters in test listings (instead of the struct's bytes).
 [[maybe_unused]] void PrintTo(const DecodeCase& c, std::ostream* os) {
-    *os << "d=" << c.d << " group=" << c.group << (c.f16 ? " f16" : " f32");
+    *os << "d=" << c.d << " group=" << c.group << " " << type_name(c.kv);
 }
 
 class CudaDecodeAttention : public ::testing::TestWithParam<DecodeCase> {};
@@ -318,7 +318,7 @@ TEST_P(CudaDecodeAttention, MatchesReferenceAtShortAndLongContexts) {
     const int64_t kFill = 4097;
     uint32_t seed = 1000 + uint32_t(dc.d * 10 + dc.group);
     for (int64_t n_ctx : {int64_t(32768), int64_t(4160), int64_t(64)}) {
-        Cache c(dc.d, n_kv, n_ctx, 2, dc.f16, kFill);
+        Cache c(dc.d, n_kv, n_ctx, 2, dc.kv, kFill);
         ASSERT_TRUE(c.dk.p && c.dv.p);
         const int64_t filled = std::min(kFill, n_ctx);
         c.fill(0, filled, seed++);
@@ -365,7 +365,7 @@ std::vector<DecodeCase> decode_cases() {
     std::vector<DecodeCase> v;
     for (int64_t d : {64, 128, 256})
         for (int64_t g : {1, 2, 4, 8})
-            for (bool f16 : {true, false}) v.push_back({d, g, f16});
+            for (GgmlType kv : {GgmlType::F16, GgmlType::F32, GgmlType::Q8_0}) v.push_back({d, g, kv});
     return v;
 }
 
@@ -373,7 +373,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaDecodeAttention, ::testing::ValuesIn(decode
                          [](const ::testing::TestParamInfo<DecodeCase>& i) {
                              char name[64];
                              std::snprintf(name, sizeof name, "d%d_g%d_%s", int(i.param.d), int(i.param.group),
-                                           i.param.f16 ? "f16" : "f32");
+                                           type_name(i.param.kv));
                              return std::string(name);
                          });
 
@@ -385,7 +385,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaDecodeAttention, ::testing::ValuesIn(decode
 TEST(CudaDecodeAttentionBatch, RowDoesNotDependOnItsBatch) {
     REQUIRE_GPU();
     const int64_t d = 256, n_kv = 4, n_head = 16, n_ctx = 4096;
-    Cache c(d, n_kv, n_ctx, 3, true, 1024);
+    Cache c(d, n_kv, n_ctx, 3, GgmlType::F16, 1024);
     ASSERT_TRUE(c.dk.p && c.dv.p);
     for (int s = 0; s < 3; ++s) c.fill(s, 1024, 77 + uint32_t(s));
     const float scale = 1.f / 16.f;
@@ -424,7 +424,7 @@ TEST(CudaDecodeAttentionBatch, RowDoesNotDependOnItsBatch) {
 TEST(CudaDecodeAttentionNeedle, FarKeyWinsAcrossSplits) {
     REQUIRE_GPU();
     const int64_t d = 256, n_kv = 4, n_head = 16, n = 12000;
-    Cache c(d, n_kv, 32768, 1, true, n);
+    Cache c(d, n_kv, 32768, 1, GgmlType::F16, n);
     ASSERT_TRUE(c.dk.p && c.dv.p);
     c.fill(0, n, 77);
     AttnRun r(c, n_head, 1);
@@ -445,8 +445,8 @@ TEST(CudaDecodeAttentionNeedle, FarKeyWinsAcrossSplits) {
 TEST(CudaDecodeAttentionGraph, ReplayFollowsTheLengthOnTheDevice) {
     REQUIRE_GPU();
     const int64_t d = 256, n_kv = 4, n_head = 16, n_max = 9000;
-    for (bool f16 : {true, false}) {
-        Cache c(d, n_kv, 32768, 2, f16, n_max);
+    for (GgmlType kv : {GgmlType::F16, GgmlType::F32, GgmlType::Q8_0}) {
+        Cache c(d, n_kv, 32768, 2, kv, n_max);
         ASSERT_TRUE(c.dk.p && c.dv.p);
         c.fill(1, n_max, 31);
         AttnRun r(c, n_head, 1);
@@ -473,7 +473,7 @@ TEST(CudaDecodeAttentionGraph, ReplayFollowsTheLengthOnTheDevice) {
             CU(cudaMemcpyAsync(got.data(), r.dout.p, got.size() * 4, cudaMemcpyDeviceToHost, s));
             CU(cudaStreamSynchronize(s));
             const std::vector<float> ref = ref_attention(c, q, n_head, {p}, {slot}, 1.f / 16.f);
-            ASSERT_LT(rel_err(ref, got), 2e-5) << "pos " << p << (f16 ? " f16" : " f32");
+            ASSERT_LT(rel_err(ref, got), 2e-5) << "pos " << p << " " << type_name(kv);
         }
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
@@ -481,31 +481,37 @@ TEST(CudaDecodeAttentionGraph, ReplayFollowsTheLengthOnTheDevice) {
     }
 }
 
-// Qwen3.5-4B's full-attention layers: 16 q heads, 4 kv heads, d 256, f16 cache of 32768.
+// Qwen3.5-4B's full-attention layers: 16 q heads, 4 kv heads, d 256, a cache
+// of 32768, f16 and q8_0 (half the bytes).
 TEST(CudaDecodeAttentionTiming, Qwen35Shape) {
     REQUIRE_GPU();
     const int64_t d = 256, n_kv = 4, n_head = 16, n_ctx = 32768;
-    Cache c(d, n_kv, n_ctx, 1, true, 1);
-    ASSERT_TRUE(c.dk.p && c.dv.p);
-    CU(cudaMemset(c.dk.p, 0x2C, c.bytes()));  // every half 0x2C2C (~0.065): finite, cheap to fill
-    CU(cudaMemset(c.dv.p, 0x2C, c.bytes()));
-    AttnRun r(c, n_head, 1);
-    const std::vector<float> q = randn(size_t(n_head * d), 5);
-    const int32_t slot = 0;
-    CU(cudaMemcpy(r.dq.p, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(r.dslot.p, &slot, 4, cudaMemcpyHostToDevice));
-    for (int32_t n : {5, 512, 4096, 32768}) {
-        const int32_t p = n - 1;
-        CU(cudaMemcpy(r.dpos.p, &p, 4, cudaMemcpyHostToDevice));
-        const double us = time_us([&] { r.launch(1.f / 16.f, nullptr); });
-        CU(cudaGetLastError());
-        std::vector<float> out(size_t(n_head * d));
-        CU(cudaMemcpy(out.data(), r.dout.p, out.size() * 4, cudaMemcpyDeviceToHost));
-        EXPECT_NEAR(out[0], 0x1.0b0p-4f, 1e-3) << "n " << n;  // the mean of equal V rows is that row
-        const double gb = double(n) * double(n_kv * d) * 2 * 2 / 1e9;
-        std::printf("[ attention ] 16 q / 4 kv heads, d 256, f16, capacity %lld, length %d: %.2f us per call "
-                    "(split + combine, 200 calls), %.0f GB/s of K/V\n",
-                    (long long)n_ctx, n, us, gb / (us * 1e-6));
+    for (GgmlType kv : {GgmlType::F16, GgmlType::Q8_0}) {
+        Cache c(d, n_kv, n_ctx, 1, kv, 1);
+        ASSERT_TRUE(c.dk.p && c.dv.p);
+        // Every byte 0x2C: f16 values (and q8_0 scales) 0x2C2C (~0.065), q8_0
+        // values 44: finite, cheap to fill, every V row the same.
+        CU(cudaMemset(c.dk.p, 0x2C, c.bytes()));
+        CU(cudaMemset(c.dv.p, 0x2C, c.bytes()));
+        const float v_value = fp16_to_fp32(0x2C2C) * (kv == GgmlType::Q8_0 ? 44.f : 1.f);
+        AttnRun r(c, n_head, 1);
+        const std::vector<float> q = randn(size_t(n_head * d), 5);
+        const int32_t slot = 0;
+        CU(cudaMemcpy(r.dq.p, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(r.dslot.p, &slot, 4, cudaMemcpyHostToDevice));
+        for (int32_t n : {5, 512, 4096, 32768}) {
+            const int32_t p = n - 1;
+            CU(cudaMemcpy(r.dpos.p, &p, 4, cudaMemcpyHostToDevice));
+            const double us = time_us([&] { r.launch(1.f / 16.f, nullptr); });
+            CU(cudaGetLastError());
+            std::vector<float> out(size_t(n_head * d));
+            CU(cudaMemcpy(out.data(), r.dout.p, out.size() * 4, cudaMemcpyDeviceToHost));
+            EXPECT_NEAR(out[0], v_value, 1e-3 * v_value) << "n " << n << " " << type_name(kv);  // the mean of equal rows
+            const double gb = double(n) * double(n_kv) * double(c.head_row_bytes()) * 2 / 1e9;
+            std::printf("[ attention ] 16 q / 4 kv heads, d 256, %s, capacity %lld, length %d: %.2f us per call "
+                        "(split + combine, 200 calls), %.0f GB/s of K/V\n",
+                        type_name(kv), (long long)n_ctx, n, us, gb / (us * 1e-6));
+        }
     }
 }
 

@@ -143,6 +143,41 @@ INSTANTIATE_TEST_SUITE_P(Reference, CudaModel,
                                            "large/tiny-qwen3.f16.gguf", "large/tiny-qwen2.f16.gguf"),
                          param_name);
 
+// A q8_0 KV cache (opt-in on the GPU until measured): the GPU's logits against
+// the CPU's with the same cache type (both store the same bytes for the same
+// K/V rows), and the prompt at once against token-by-token decode on the GPU.
+class CudaModelQ8Cache : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaModelQ8Cache, LogitsMatchCpuWithTheSameCache) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const std::string path = test::reference_path(GetParam());
+    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    set_env("QINFER_CUDA_KV_Q8_0", "1");
+    ModelOptions opt = options(64);
+    opt.kv_type = GgmlType::Q8_0;
+    const std::vector<float> lc = run_batch(*Model::load(path, opt), kS7);
+    const std::vector<float> lg = run_batch(*load_gpu(path, opt), kS7);
+    const std::vector<float> l1 = run_one_by_one(*load_gpu(path, opt), kS7);
+    unset_env("QINFER_CUDA_KV_Q8_0");
+    ASSERT_EQ(lc.size(), lg.size());
+    ASSERT_EQ(l1.size(), lg.size());
+    double maxref = 0, maxdiff = 0, d1 = 0;
+    for (size_t i = 0; i < lc.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(lg[i])) << "logit " << i;
+        maxref = std::max(maxref, double(std::fabs(lc[i])));
+        maxdiff = std::max(maxdiff, double(std::fabs(lc[i] - lg[i])));
+        d1 = std::max(d1, double(std::fabs(lg[i] - l1[i])));
+    }
+    std::printf("%s, q8_0 cache: max|cpu-gpu| %.3g, max|cpu| %.3g, max|batch-token_by_token| %.3g\n",
+                GetParam().c_str(), maxdiff, maxref, d1);
+    EXPECT_LE(maxdiff, 1e-2 * maxref);
+    EXPECT_LE(d1, 1e-3 * maxref);
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, CudaModelQ8Cache,
+                         ::testing::Values("tiny-qwen35.f16.gguf", "tiny-qwen3.q4_k_m.gguf", "tiny-qwen2.q8_0.gguf"),
+                         param_name);
+
 // Split execution: the first half of the layers (and the embedding) on the
 // GPU, the rest and the head on the CPU, and the other way round. The models
 // whose full-offload logits agree with the CPU to ~1e-6 at this prompt must

@@ -167,6 +167,7 @@ class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
 TEST_P(CudaAttention, PrefillDecodeAndLongContextMatchCpu) {
     REQUIRE_GPU();
     const AttnCase ac = GetParam();
+    if (ac.kv == GgmlType::Q8_0) test::set_env("QINFER_CUDA_KV_Q8_0", "1");  // opt-in until measured
     Both b;
     const int64_t d = ac.d, H = ac.n_head, G = ac.n_kv, n_ctx = 2048, n_slots = 2;
     KvCache kc{b.cpu->alloc(ac.kv, {d, G, n_ctx, n_slots}, "k"), b.cpu->alloc(ac.kv, {d, G, n_ctx, n_slots}, "v")};
@@ -199,12 +200,26 @@ TEST_P(CudaAttention, PrefillDecodeAndLongContextMatchCpu) {
         len[0] += n0;
         len[1] += n1;
     }
+    // Both caches hold the same bytes (q8_0: the same quantization), past the
+    // filled rows the zeros of alloc().
+    for (const Tensor* t : {&kc.k, &kc.v}) {
+        const Tensor& g = t == &kc.k ? kg.k : kg.v;
+        std::vector<uint8_t> host(t->nbytes()), dev(g.nbytes());
+        ASSERT_EQ(host.size(), dev.size());
+        b.cpu->read(*t, host.data(), host.size());
+        b.gpu->read(g, dev.data(), dev.size());
+        size_t differ = 0;
+        for (size_t i = 0; i < host.size(); ++i) differ += host[i] != dev[i];
+        EXPECT_EQ(differ, 0u) << (t == &kc.k ? "K" : "V") << " cache bytes differ";
+    }
+    if (ac.kv == GgmlType::Q8_0) test::unset_env("QINFER_CUDA_KV_Q8_0");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          ::testing::Values(AttnCase{64, 4, 2, GgmlType::F16}, AttnCase{128, 8, 2, GgmlType::F16},
                                            AttnCase{256, 8, 2, GgmlType::F16}, AttnCase{128, 4, 4, GgmlType::F32},
-                                           AttnCase{64, 7, 1, GgmlType::F32}),
+                                           AttnCase{64, 7, 1, GgmlType::F32}, AttnCase{64, 4, 2, GgmlType::Q8_0},
+                                           AttnCase{128, 8, 2, GgmlType::Q8_0}, AttnCase{256, 16, 4, GgmlType::Q8_0}),
                          [](const ::testing::TestParamInfo<AttnCase>& i) {
                              return "d" + std::to_string(i.param.d) + "_h" + std::to_string(i.param.n_head) + "_kv" +
                                     std::to_string(i.param.n_kv) + "_" + type_name(i.param.kv);

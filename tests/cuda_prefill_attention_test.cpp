@@ -235,21 +235,22 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaPrefillAttention, ::testing::ValuesIn(shape
 
 // What it does not cover it declines without launching anything: the output
 // stays poisoned and no error is pending.
-TEST(CudaPrefillAttentionDeclines, F32CacheOddHeadDimAndGroups) {
+TEST(CudaPrefillAttentionDeclines, F32AndQ8CachesOddHeadDimAndGroups) {
     REQUIRE_GPU();
     struct Case {
         int64_t d, n_kv, n_head;
-        bool f16;
+        GgmlType kv;
         const char* what;
     };
     const Case cases[] = {
-        {128, 2, 8, false, "f32 cache"},
-        {96, 2, 8, true, "head dim 96"},
-        {128, 2, 6, true, "group 3"},
-        {128, 2, 32, true, "group 16"},
+        {128, 2, 8, GgmlType::F32, "f32 cache"},
+        {128, 2, 8, GgmlType::Q8_0, "q8_0 cache"},
+        {96, 2, 8, GgmlType::F16, "head dim 96"},
+        {128, 2, 6, GgmlType::F16, "group 3"},
+        {128, 2, 32, GgmlType::F16, "group 16"},
     };
     for (const Case& k : cases) {
-        Cache c(k.d, k.n_kv, 64, 1, k.f16);
+        Cache c(k.d, k.n_kv, 64, 1, k.kv);
         ASSERT_TRUE(c.dk.p && c.dv.p);
         c.fill(0, 20, 5);
         PrefillRun r(c, k.n_head, {{0, 20, 0, 0}});

@@ -38,3 +38,11 @@ if [ -f "$f" ]; then
     env $v timeout 200 "$Q" bench -m "$f" -ngl all -p 512,4096 -n 128 -r 3 -o md 2>/dev/null | grep -E "pp|tg|TTFT" | sed "s/^/${v:-default} /"
   done
 fi
+echo
+echo "== KV cache type (decode at 512 and 32768 keys): f16 against q8_0 (QINFER_CUDA_KV_Q8_0=1, half the bytes)"
+if [ -f "$f" ]; then
+  for kv in f16 q8_0; do
+    QINFER_CUDA_KV_Q8_0=1 timeout 300 "$Q" bench -m "$f" -ngl all -ctk $kv -ctv $kv -p 0 -n 64 -d 512,32768 -r 3 -o md 2>&1 \
+      | grep -E "tg|rror" | sed "s/^/$kv /"
+  done
+fi

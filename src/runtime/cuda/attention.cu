@@ -15,7 +15,6 @@
 // the capacity.
 #include <algorithm>
 #include <atomic>
-#include <type_traits>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -47,17 +46,58 @@ __global__ void kv_store_kernel(Rows k, Rows v, KT* __restrict__ K, KT* __restri
     }
 }
 
+// One 32-value block of one row as a GGUF q8_0 block, lane = value, exactly
+// as quantize_ref_q8_0 (quant/quantize.cpp): d = amax / 127, q = round(x / d)
+// with ties away from zero, through the reciprocal as there.
+__device__ __forceinline__ void store_q8_0_block(float x, unsigned char* block, int lane) {
+    const float amax = warp_max(fabsf(x));
+    const float d = amax / 127;
+    const float id = d != 0.f ? 1.0f / d : 0.0f;
+    if (lane == 0) *reinterpret_cast<__half*>(block) = __float2half_rn(d);
+    block[2 + lane] = static_cast<unsigned char>(static_cast<int8_t>(roundf(x * id)));
+}
+
+// One warp per (token = blockIdx.y, kv head, 32-block) of K and of V.
+__global__ void kv_store_q8_0_kernel(Rows k, Rows v, unsigned char* __restrict__ K, unsigned char* __restrict__ V,
+                                     int64_t d, int64_t n_kv, int64_t n_ctx, const int32_t* __restrict__ pos,
+                                     const int32_t* __restrict__ slot) {
+    pdl_enter();
+    const int64_t t = blockIdx.y;
+    const int lane = threadIdx.x % WARP;
+    const int64_t nb = d / 32;
+    const int64_t i = int64_t(blockIdx.x) * (blockDim.x / WARP) + threadIdx.x / WARP;  // (head, block)
+    if (i >= n_kv * nb) return;  // warp-uniform
+    const int64_t g = i / nb, b = i % nb, e = b * 32 + lane;
+    const int64_t row = (int64_t(slot[t]) * n_ctx + pos[t]) * n_kv + g;
+    const int64_t off = row * nb * 34 + b * 34;
+    store_q8_0_block(k.data[g * k.s1 + t * k.s2 + e], K + off, lane);
+    store_q8_0_block(v.data[g * v.s1 + t * v.s2 + e], V + off, lane);
+}
+
 }  // namespace
 
 void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, cudaStream_t s) {
     if (T == 0) return;
     const dim3 grid(unsigned(ceil_div(kv.n_kv * kv.d, 256)), unsigned(T));
-    if (kv.f16)
-        launch("kv_store_kernel", kv_store_kernel<__half>, dim3(grid), dim3(256), 0, s, k, v,
-                static_cast<__half*>(kv.k), static_cast<__half*>(kv.v), kv.d, kv.n_kv, kv.n_ctx, pos, slot);
-    else
-        launch("kv_store_kernel", kv_store_kernel<float>, dim3(grid), dim3(256), 0, s, k, v,
-                static_cast<float*>(kv.k), static_cast<float*>(kv.v), kv.d, kv.n_kv, kv.n_ctx, pos, slot);
+    switch (kv.type) {
+        case GgmlType::F16:
+            launch("kv_store_kernel", kv_store_kernel<__half>, dim3(grid), dim3(256), 0, s, k, v,
+                   static_cast<__half*>(kv.k), static_cast<__half*>(kv.v), kv.d, kv.n_kv, kv.n_ctx, pos, slot);
+            break;
+        case GgmlType::F32:
+            launch("kv_store_kernel", kv_store_kernel<float>, dim3(grid), dim3(256), 0, s, k, v,
+                   static_cast<float*>(kv.k), static_cast<float*>(kv.v), kv.d, kv.n_kv, kv.n_ctx, pos, slot);
+            break;
+        case GgmlType::Q8_0: {
+            constexpr int kWarps = 8;  // (head, block) pairs per 256-thread block
+            const dim3 qgrid(unsigned(ceil_div(kv.n_kv * (kv.d / 32), kWarps)), unsigned(T));
+            launch("kv_store_q8_0_kernel", kv_store_q8_0_kernel, dim3(qgrid), dim3(kWarps * WARP), 0, s, k, v,
+                   static_cast<unsigned char*>(kv.k), static_cast<unsigned char*>(kv.v), kv.d, kv.n_kv, kv.n_ctx,
+                   pos, slot);
+            break;
+        }
+        default: fail(strfmt("CUDA kv_store: cache type %s not supported", type_name(kv.type)));
+    }
     QINFER_CUDA_LAUNCHED("kv_store");
 }
 
@@ -104,10 +144,27 @@ size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ct
 namespace {
 
 // An f16 cache takes the tensor-core split kernel; QINFER_CUDA_ATTN_MMA=0
-// keeps the CUDA-core one (A/B; an f32 cache always takes it).
+// keeps the CUDA-core one (A/B; an f32 cache always takes it, a q8_0 cache
+// always the tensor cores).
 bool split_on_tensor_cores() {
     static const bool on = env_int("QINFER_CUDA_ATTN_MMA", 0, 1, 1) != 0;
     return on;
+}
+
+// The split kernel for a cache type and its dynamic shared memory.
+struct SplitKernel {
+    void (*fn)(AttnArgs);
+    size_t smem;
+};
+template <int D, int GT> SplitKernel split_kernel(GgmlType type) {
+    switch (type) {
+        case GgmlType::F32: return {attn_split_kernel<D, GT, float>, attn_smem_bytes<D, float>()};
+        case GgmlType::F16:
+            if (split_on_tensor_cores()) return {attn_split_mma_kernel<D, GT, MmaKvF16<D>>, 2 * size_t(MmaKvF16<D>::TILE)};
+            return {attn_split_kernel<D, GT, __half>, attn_smem_bytes<D, __half>()};
+        case GgmlType::Q8_0: return {attn_split_mma_kernel<D, GT, MmaKvQ8<D>>, 2 * size_t(MmaKvQ8<D>::TILE)};
+        default: fail(strfmt("CUDA attention: cache type %s not supported", type_name(type)));
+    }
 }
 
 // Launches the split kernel over at most ns_cap splits and returns the number
@@ -116,30 +173,27 @@ bool split_on_tensor_cores() {
 // the longest splits sets the time (d 256 at 32k keys on an H200: 3 blocks per
 // SM, 396 at once; 512 blocks took 51.6 us, 384 took 46.7). The count depends
 // on the device and the cache capacity, never on the length or the batch.
-template <int D, int GT, typename KT>
-int launch_split(AttnArgs a, int T, int n_kv, int ns_cap, cudaStream_t s) {
-    constexpr size_t smem = attn_smem_bytes<D, KT>();
-    auto kernel = attn_split_kernel<D, GT, KT>;
-    if constexpr (std::is_same_v<KT, __half>)
-        if (split_on_tensor_cores()) kernel = attn_split_mma_kernel<D, GT>;
-    allow_dynamic_smem(kernel, smem);  // K/V tiles above the 48 KB default
+template <int D, int GT>
+int launch_split(GgmlType type, AttnArgs a, int T, int n_kv, int ns_cap, cudaStream_t s) {
+    const SplitKernel k = split_kernel<D, GT>(type);
+    allow_dynamic_smem(k.fn, k.smem);  // K/V tiles above the 48 KB default
     int ns = ns_cap;
     if (ns > 1) {
-        const Residency r = residency(kernel, ATTN_THREADS, smem);
+        const Residency r = residency(k.fn, ATTN_THREADS, k.smem);
         ns = std::clamp(std::max(1, r.per_sm * r.sms) / n_kv, 1, ns_cap);
     }
     a.n_split = ns;
     const dim3 grid(static_cast<unsigned>(n_kv), unsigned(T), unsigned(ns));
-    launch("attn_split_kernel", kernel, dim3(grid), dim3(ATTN_THREADS), smem, s, a);
+    launch("attn_split_kernel", k.fn, dim3(grid), dim3(ATTN_THREADS), k.smem, s, a);
     return ns;
 }
 
-template <int D, typename KT>
-int launch_d(const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
-    if (a.group <= 1) return launch_split<D, 1, KT>(a, T, n_kv, ns, s);
-    if (a.group <= 2) return launch_split<D, 2, KT>(a, T, n_kv, ns, s);
-    if (a.group <= 4) return launch_split<D, 4, KT>(a, T, n_kv, ns, s);
-    if (a.group <= 8) return launch_split<D, 8, KT>(a, T, n_kv, ns, s);
+template <int D>
+int launch_d(GgmlType type, const AttnArgs& a, int T, int n_kv, int ns, cudaStream_t s) {
+    if (a.group <= 1) return launch_split<D, 1>(type, a, T, n_kv, ns, s);
+    if (a.group <= 2) return launch_split<D, 2>(type, a, T, n_kv, ns, s);
+    if (a.group <= 4) return launch_split<D, 4>(type, a, T, n_kv, ns, s);
+    if (a.group <= 8) return launch_split<D, 8>(type, a, T, n_kv, ns, s);
     fail(strfmt("CUDA attention: %d query heads per kv head not supported (max 8)", a.group));
 }
 
@@ -181,9 +235,9 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     const int n_kv = int(kv.n_kv);
     int ns = 1;
     switch (kv.d) {
-        case 64: ns = kv.f16 ? launch_d<64, __half>(a, int(T), n_kv, ns_cap, s) : launch_d<64, float>(a, int(T), n_kv, ns_cap, s); break;
-        case 128: ns = kv.f16 ? launch_d<128, __half>(a, int(T), n_kv, ns_cap, s) : launch_d<128, float>(a, int(T), n_kv, ns_cap, s); break;
-        case 256: ns = kv.f16 ? launch_d<256, __half>(a, int(T), n_kv, ns_cap, s) : launch_d<256, float>(a, int(T), n_kv, ns_cap, s); break;
+        case 64: ns = launch_d<64>(kv.type, a, int(T), n_kv, ns_cap, s); break;
+        case 128: ns = launch_d<128>(kv.type, a, int(T), n_kv, ns_cap, s); break;
+        case 256: ns = launch_d<256>(kv.type, a, int(T), n_kv, ns_cap, s); break;
         default: fail(strfmt("CUDA attention: head dim %lld not supported (64, 128, 256)", (long long)kv.d));
     }
     QINFER_CUDA_LAUNCHED("attention");

@@ -10,7 +10,7 @@ namespace qinfer::cuda {
 struct AttnArgs {
     const float* q;          // q row of (token t, head h) at q + t*q_t + h*q_h
     int64_t q_h, q_t;
-    const void* K;           // {d, n_kv, n_ctx, n_slots}, half or float
+    const void* K;           // {d, n_kv, n_ctx, n_slots}: float, half or q8_0 blocks
     const void* V;
     int n_kv;
     int64_t n_ctx;
@@ -63,22 +63,23 @@ __device__ __forceinline__ int attn_splits_used(int n, int ns) {
 // blockIdx.z) works on: keys [j0, j1) of its token's sequence (empty past the
 // context), how many splits are in use (nu == 1: it writes the output itself),
 // and its kv head's first K and V rows (row stride n_kv * D elements).
-template <typename KT> struct AttnSplitWork {
+// ROW: bytes of one kv head's cached row (row stride n_kv * ROW bytes).
+struct AttnSplitWork {
     int j0, j1, nu;
-    const KT* K;
-    const KT* V;
+    const unsigned char* K;
+    const unsigned char* V;
 };
-template <int D, typename KT> __device__ __forceinline__ AttnSplitWork<KT> attn_split_work(const AttnArgs& a) {
+template <int ROW> __device__ __forceinline__ AttnSplitWork attn_split_work(const AttnArgs& a) {
     const int g = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
     const int n = a.pos[t] + 1;
     const int chunk = attn_chunk(n, a.n_split);
-    AttnSplitWork<KT> w;
+    AttnSplitWork w;
     w.nu = (n + chunk - 1) / chunk;
     w.j0 = split * chunk;
     w.j1 = min(n, w.j0 + chunk);
-    const int64_t first = (int64_t(a.slot[t]) * a.n_ctx * a.n_kv + g) * D;
-    w.K = static_cast<const KT*>(a.K) + first;
-    w.V = static_cast<const KT*>(a.V) + first;
+    const int64_t first = (int64_t(a.slot[t]) * a.n_ctx * a.n_kv + g) * ROW;
+    w.K = static_cast<const unsigned char*>(a.K) + first;
+    w.V = static_cast<const unsigned char*>(a.V) + first;
     return w;
 }
 
@@ -155,11 +156,11 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
     const int G = a.group;
     const int n_head = a.n_kv * G;
     const int ns = a.n_split;
-    const AttnSplitWork<KT> sw = attn_split_work<D, KT>(a);
+    const AttnSplitWork sw = attn_split_work<D * int(sizeof(KT))>(a);
     const int j0 = sw.j0, j1 = sw.j1, nu = sw.nu;
     if (j0 >= j1) return;  // a split past the context (block-uniform): nothing to write either
-    const KT* Kb = sw.K;
-    const KT* Vb = sw.V;
+    const KT* Kb = reinterpret_cast<const KT*>(sw.K);
+    const KT* Vb = reinterpret_cast<const KT*>(sw.V);
     const int64_t row_stride = int64_t(a.n_kv) * D;
     // the first tile's loads go out before q is staged
     attn_load_tile<D, KT>(ks, Kb, row_stride, j0, min(TK, j1 - j0));
@@ -326,29 +327,166 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_kernel(AttnArgs a) {
     }
 }
 
-// Keys [jt, jt + TK) of one kv head into a swizzled [TK][D] f16 tile (see
-// swz); rows at or past jt + nk are zero-filled, so that a 16-key mma step
-// over a partial tile multiplies zeros, never stale or poisoned bytes.
-template <int D, int TK>
-__device__ __forceinline__ void attn_load_tile_swz(__half* tile, const __half* src, int64_t stride, int jt, int nk) {
-    constexpr int CPR = D / 8;  // 16-byte chunks per row
-    for (int i = threadIdx.x; i < TK * CPR; i += ATTN_THREADS) {
-        const int r = i / CPR, c = i % CPR;
-        const bool valid = r < nk;
-        cp_async16(tile + swz<D>(r, c), src + int64_t(jt + (valid ? r : 0)) * stride + c * 8, valid);
-    }
-}
+// How the tensor-core split kernel reads one cache type: its rows in a shared
+// tile of TK keys (TILE bytes, loaded with cp.async, rows at or past nk
+// zero-filled so that a 16-key mma step over a partial tile multiplies zeros,
+// never stale or poisoned bytes), the scores of 16 keys, and P V over 16 keys.
+// Accumulator layouts as in attn_split_mma_kernel below.
 
-// The split kernel for an f16 cache on the tensor cores (sm_80+): the same
-// blocks, splits and partials as attn_split_kernel, with both products as
-// mma.sync m16n8k16 (f16 inputs, f32 accumulators). The group's heads are the
-// mma's n = 8 columns, so keys and head-dim columns fill the m = 16 rows:
-//   scores  S^T [key][head] = K [key][d] . Q^T [d][head]         (K by ldmatrix)
-//   P V     O^T [col][head] += V^T [col][key] . P^T [key][head]  (V by ldmatrix.trans)
+// f16 rows in a swizzled [TK][D] tile (see swz), read with ldmatrix.
+template <int D> struct MmaKvF16 {
+    static constexpr int TK = attn_tile_keys<D, __half>();
+    static constexpr int ROW = D * 2;
+    static constexpr int TILE = TK * ROW;
+    static constexpr int KSTEPS = D / 16;
+
+    // Keys [jt, jt + TK) of one kv head (`src`: its row 0, `stride` bytes apart).
+    __device__ static void load(unsigned char* tile, const unsigned char* src, int64_t stride, int jt, int nk) {
+        constexpr int CPR = D / 8;  // 16-byte chunks per row
+        __half* t = reinterpret_cast<__half*>(tile);
+        for (int i = threadIdx.x; i < TK * CPR; i += ATTN_THREADS) {
+            const int r = i / CPR, c = i % CPR;
+            const bool valid = r < nk;
+            cp_async16(t + swz<D>(r, c), src + int64_t(jt + (valid ? r : 0)) * stride + c * 16, valid);
+        }
+    }
+    // c += K [keys kb ..][d] . Q^T [d][head] over the whole head dim.
+    __device__ static void scores(float (&c)[4], const unsigned char* tile, int kb, int lane,
+                                  const uint32_t (&qh)[KSTEPS][2], const uint32_t (&ql)[KSTEPS][2]) {
+        const uint32_t addr = smem_addr(tile);
+        const int r = kb + lane % 16;  // ldmatrix: key tile row lane % 16, chunk 2 k + lane / 16
+#pragma unroll
+        for (int k = 0; k < KSTEPS; ++k) {
+            uint32_t ka[4];
+            ldsm_x4(addr + 2 * uint32_t(swz<D>(r, 2 * k + lane / 16)), ka);
+            mma_16816(c, ka, qh[k][0], qh[k][1]);
+            mma_16816(c, ka, ql[k][0], ql[k][1]);
+        }
+    }
+    // o[i] += V^T [cols 16 (w OM + i) ..][keys 16 kp ..] . P^T [keys][head]; p:
+    // this lane's P[head grp][keys 16 kp + 2 quad, +1] (p[0]) and + 8 (p[1]).
+    template <int OM>
+    __device__ static void pv(float (&o)[OM][4], const unsigned char* tile, const float2 (&p)[2], int kp, int wid,
+                              int lane) {
+        uint32_t bh[2], bl[2];
+        split_half2(p[0].x, p[0].y, bh[0], bl[0]);
+        split_half2(p[1].x, p[1].y, bh[1], bl[1]);
+        const uint32_t addr = smem_addr(tile);
+        const int r = 16 * kp + lane % 8 + 8 * (lane / 16);  // ldmatrix.trans: key row, chunk 2 cm + (lane / 8) % 2
+#pragma unroll
+        for (int i = 0; i < OM; ++i) {
+            const int cm = wid * OM + i;
+            uint32_t va[4];
+            ldsm_x4_trans(addr + 2 * uint32_t(swz<D>(r, 2 * cm + (lane / 8) % 2)), va);
+            mma_16816(o[i], va, bh[0], bh[1]);
+            mma_16816(o[i], va, bl[0], bl[1]);
+        }
+    }
+};
+
+// q8_0 rows (the GGUF block: an f16 scale, 32 int8 values; D / 32 blocks, 34
+// bytes each) as they are in the cache, [TK][ROW] bytes. The int8 values go
+// into the mma as exact f16 and the block scales outside it: a score is
+// sum over blocks b of d_k[key, b] x (q . k_int over b's two k-steps), and P V
+// takes P scaled by d_v[key, b] for the output columns in block b. q and P
+// still go in as two f16 terms, so the result keeps f32 precision against the
+// dequantized cache (as the CPU backend computes it). Half the bytes of f16.
+template <int D> struct MmaKvQ8 {
+    static constexpr int NB = D / 32;
+    static constexpr int ROW = NB * 34;
+    static constexpr int TK = 128;             // a tile of ~ the f16 tile's bytes at d 256
+    static constexpr int TILE = TK * ROW;
+    static constexpr int KSTEPS = D / 16;
+    static constexpr int CP = ROW % 16 == 0 ? 16 : (ROW % 8 == 0 ? 8 : 4);  // cp.async size (272, 136, 68 B)
+    static_assert(D % 32 == 0 && TILE % 16 == 0, "q8_0 tile");
+
+    __device__ static void load(unsigned char* tile, const unsigned char* src, int64_t stride, int jt, int nk) {
+        constexpr int CPR = ROW / CP;
+        for (int i = threadIdx.x; i < TK * CPR; i += ATTN_THREADS) {
+            const int r = i / CPR, c = i % CPR;
+            const bool valid = r < nk;
+            const unsigned char* from = src + int64_t(jt + (valid ? r : 0)) * stride + c * CP;
+            if constexpr (CP == 16)
+                cp_async16(tile + r * ROW + c * CP, from, valid);
+            else
+                cp_async_small<CP>(tile + r * ROW + c * CP, from, valid);
+        }
+    }
+    __device__ static float scale_at(const unsigned char* block) {
+        return __half2float(*reinterpret_cast<const __half*>(block));
+    }
+    // Two int8 of a row as the half2 of an A fragment (2-byte aligned).
+    __device__ static uint32_t pair_at(const unsigned char* p) {
+        return i8x2_to_half2(*reinterpret_cast<const uint16_t*>(p));
+    }
+    // A fragment rows: keys kb + grp (a0, a2) and + 8 (a1, a3); columns 2 quad, +1
+    // (a0, a1) and + 8 (a2, a3) of k-step k.
+    __device__ static void scores(float (&c)[4], const unsigned char* tile, int kb, int lane,
+                                  const uint32_t (&qh)[KSTEPS][2], const uint32_t (&ql)[KSTEPS][2]) {
+        const int grp = lane / 4, quad = lane % 4;
+        const unsigned char* r0 = tile + (kb + grp) * ROW;
+        const unsigned char* r1 = r0 + 8 * ROW;
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+            float t[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int k = 2 * b + h, e = 34 * b + 2 + 16 * h + 2 * quad;
+                const uint32_t ka[4] = {pair_at(r0 + e), pair_at(r1 + e), pair_at(r0 + e + 8), pair_at(r1 + e + 8)};
+                mma_16816(t, ka, qh[k][0], qh[k][1]);
+                mma_16816(t, ka, ql[k][0], ql[k][1]);
+            }
+            const float d0 = scale_at(r0 + 34 * b), d1 = scale_at(r1 + 34 * b);
+            c[0] = fmaf(d0, t[0], c[0]);
+            c[1] = fmaf(d0, t[1], c[1]);
+            c[2] = fmaf(d1, t[2], c[2]);
+            c[3] = fmaf(d1, t[3], c[3]);
+        }
+    }
+    // A fragment (V^T): rows = columns c = 16 cm + grp (a0, a2) and + 8 (a1, a3),
+    // k = keys 16 kp + 2 quad, +1 (a0, a1) and + 8 (a2, a3): single bytes of two
+    // rows each. A warp's 16-column tiles lie in one block each (OM even, or
+    // OM = 1 and 16 columns); P is scaled per block, recomputed when it changes.
+    template <int OM>
+    __device__ static void pv(float (&o)[OM][4], const unsigned char* tile, const float2 (&p)[2], int kp, int wid,
+                              int lane) {
+        static_assert(OM == 1 || OM % 2 == 0, "16-column tiles within 32-column blocks");
+        const int grp = lane / 4, quad = lane % 4;
+        const unsigned char* k0 = tile + (16 * kp + 2 * quad) * ROW;  // keys 16 kp + 2 quad, +1, +8, +9
+        uint32_t bh[2], bl[2];
+#pragma unroll
+        for (int i = 0; i < OM; ++i) {
+            const int cm = wid * OM + i, b = cm / 2;
+            if (i % 2 == 0) {
+#pragma unroll
+                for (int h8 = 0; h8 < 2; ++h8) {
+                    const unsigned char* kr = k0 + 8 * h8 * ROW + 34 * b;
+                    split_half2(p[h8].x * scale_at(kr), p[h8].y * scale_at(kr + ROW), bh[h8], bl[h8]);
+                }
+            }
+            const unsigned char* v = k0 + 34 * b + 2 + 16 * (cm % 2) + grp;
+            const auto two = [](const unsigned char* x) {  // keys j, j + 1 of one column
+                return i8x2_to_half2(uint32_t(x[0]) | uint32_t(x[ROW]) << 8);
+            };
+            const uint32_t va[4] = {two(v), two(v + 8), two(v + 8 * ROW), two(v + 8 * ROW + 8)};
+            mma_16816(o[i], va, bh[0], bh[1]);
+            mma_16816(o[i], va, bl[0], bl[1]);
+        }
+    }
+};
+
+// The split kernel on the tensor cores (sm_80+) for an f16 or q8_0 cache (Fmt
+// above): the same blocks, splits and partials as attn_split_kernel, with both
+// products as mma.sync m16n8k16 (f16 inputs, f32 accumulators). The group's
+// heads are the mma's n = 8 columns, so keys and head-dim columns fill the
+// m = 16 rows:
+//   scores  S^T [key][head] = K [key][d] . Q^T [d][head]
+//   P V     O^T [col][head] += V^T [col][key] . P^T [key][head]
 // q and P go in as two f16 terms each (x = hi + lo, lo = f16(x - hi)). K and V
-// are f16 already, so both products keep ~22 bits of their f32 operand: the
-// result agrees with the f32 CUDA-core kernel to ~1e-6 relative, not the
-// ~1e-3 of f16 q and P, and decode stays within the CPU backend's rounding.
+// are exact in f16 (f16 cache, or the int8 of q8_0 with the scales applied in
+// f32), so both products keep ~22 bits of their f32 operand: the result agrees
+// with the f32 CUDA-core kernel to ~1e-6 relative, not the ~1e-3 of f16 q and
+// P, and decode stays within the CPU backend's rounding.
 //
 // Why: the CUDA-core kernel spent ~1,500 instructions per thread and 64-key
 // tile (d 256) on the two products and ran at 1.5 TB/s at 32k keys, issue-bound
@@ -368,10 +506,10 @@ __device__ __forceinline__ void attn_load_tile_swz(__half* tile, const __half* s
 //  - warp w accumulates O for its D / 4 columns over all keys of the tile, so
 //    the warps need no merge at the end.
 // Heads >= G get q = 0 and are not written.
-template <int D, int GT>
+template <int D, int GT, typename Fmt>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a) {
     pdl_enter();
-    constexpr int TK = attn_tile_keys<D, __half>();
+    constexpr int TK = Fmt::TK;
     constexpr int NW = ATTN_THREADS / WARP;
     constexpr int KSTEPS = D / 16;             // score k-steps over the head dim
     constexpr int SM_PER_WARP = TK / 16 / NW;  // 16-key score row tiles per warp
@@ -383,8 +521,8 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
     __shared__ float red[8][NW];               // per head and warp: tile max, then the final sums
     __shared__ float lsum[8];
     extern __shared__ __align__(128) unsigned char attn_smem[];
-    __half* ks = reinterpret_cast<__half*>(attn_smem);  // [TK][D], swizzled
-    __half* vs = ks + TK * D;
+    unsigned char* ks = attn_smem;  // Fmt's K tile, then its V tile
+    unsigned char* vs = attn_smem + Fmt::TILE;
 
     const int g = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
     const int tid = threadIdx.x, lane = tid % WARP, wid = tid / WARP;
@@ -393,15 +531,13 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
     const int G = a.group;
     const int n_head = a.n_kv * G;
     const int ns = a.n_split;
-    const AttnSplitWork<__half> sw = attn_split_work<D, __half>(a);
+    const AttnSplitWork sw = attn_split_work<Fmt::ROW>(a);
     const int j0 = sw.j0, j1 = sw.j1, nu = sw.nu;
     if (j0 >= j1) return;  // a split past the context (block-uniform)
-    const __half* Kb = sw.K;
-    const __half* Vb = sw.V;
-    const int64_t row_stride = int64_t(a.n_kv) * D;
-    attn_load_tile_swz<D, TK>(ks, Kb, row_stride, j0, min(TK, j1 - j0));
+    const int64_t row_stride = int64_t(a.n_kv) * Fmt::ROW;  // bytes
+    Fmt::load(ks, sw.K, row_stride, j0, min(TK, j1 - j0));
     cp_async_commit();
-    attn_load_tile_swz<D, TK>(vs, Vb, row_stride, j0, min(TK, j1 - j0));
+    Fmt::load(vs, sw.V, row_stride, j0, min(TK, j1 - j0));
     cp_async_commit();
 
     // q of head `grp` as the scores' B fragments (b0: d = 16 k + 2 quad, +1;
@@ -415,11 +551,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
 #pragma unroll
             for (int h8 = 0; h8 < 2; ++h8) {
                 const int e = 16 * k + 8 * h8 + 2 * quad;
-                const float x0 = hv ? qrow[e] * a.scale : 0.f, x1 = hv ? qrow[e + 1] * a.scale : 0.f;
-                const __half2 hi = __floats2half2_rn(x0, x1);
-                const float2 hf = __half22float2(hi);
-                qh[k][h8] = *reinterpret_cast<const uint32_t*>(&hi);
-                ql[k][h8] = pack_half2(x0 - hf.x, x1 - hf.y);
+                split_half2(hv ? qrow[e] * a.scale : 0.f, hv ? qrow[e + 1] * a.scale : 0.f, qh[k][h8], ql[k][h8]);
             }
         }
     }
@@ -429,10 +561,6 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
     float o[OM_PER_WARP][4];
 #pragma unroll
     for (int i = 0; i < OM_PER_WARP; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    // ldmatrix lanes: lane addresses row lane % 8 of matrix lane / 8.
-    //   K (A, x4):       key 16 tile + lane % 16, chunk 2 k + lane / 16
-    //   V (A, x4.trans): key 16 kp + lane % 8 + 8 (lane / 16), chunk 2 cm + (lane / 8) % 2
-    const uint32_t ks_addr = smem_addr(ks), vs_addr = smem_addr(vs);
 
     for (int jt = j0; jt < j1; jt += TK) {
         const int nk = min(TK, j1 - jt);
@@ -448,16 +576,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
         for (int i = 0; i < SM_PER_WARP; ++i) {
             const int kb = (wid * SM_PER_WARP + i) * 16;
             c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
-            if (kb < nk) {  // warp-uniform
-                const int r = kb + lane % 16;
-#pragma unroll
-                for (int k = 0; k < KSTEPS; ++k) {
-                    uint32_t ka[4];
-                    ldsm_x4(ks_addr + 2 * uint32_t(swz<D>(r, 2 * k + lane / 16)), ka);
-                    mma_16816(c[i], ka, qh[k][0], qh[k][1]);
-                    mma_16816(c[i], ka, ql[k][0], ql[k][1]);
-                }
-            }
+            if (kb < nk) Fmt::scores(c[i], ks, kb, lane, qh, ql);  // warp-uniform
             if (kb + grp >= nk) c[i][0] = c[i][1] = -INFINITY;
             if (kb + grp + 8 >= nk) c[i][2] = c[i][3] = -INFINITY;
             mx0 = fmaxf(mx0, fmaxf(c[i][0], c[i][2]));
@@ -474,7 +593,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
             red[h1][wid] = mx1;
         }
         __syncthreads();  // red complete; every warp is done with ks
-        if (nn > 0) attn_load_tile_swz<D, TK>(ks, Kb, row_stride, jn, nn);
+        if (nn > 0) Fmt::load(ks, sw.K, row_stride, jn, nn);
         cp_async_commit();
 
         float tm0 = red[h0][0], tm1 = red[h1][0];
@@ -520,29 +639,16 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
 #pragma unroll
         for (int kp = 0; kp < TK / 16; ++kp) {
             if (16 * kp >= nk) break;  // block-uniform
-            // P^T as B fragments: b0 = P[head grp][keys 16 kp + 2 quad, +1], b1 = the same + 8
-            uint32_t bh[2], bl[2];
+            // P[head grp][keys 16 kp + 2 quad, +1] and the same + 8 (heads >= GT: 0)
+            float2 p[2] = {make_float2(0.f, 0.f), make_float2(0.f, 0.f)};
+            if (grp < GT)
 #pragma unroll
-            for (int h8 = 0; h8 < 2; ++h8) {
-                float2 pp = make_float2(0.f, 0.f);
-                if (grp < GT) pp = *reinterpret_cast<const float2*>(&ps[grp][16 * kp + 8 * h8 + 2 * quad]);
-                const __half2 hi = __floats2half2_rn(pp.x, pp.y);
-                const float2 hf = __half22float2(hi);
-                bh[h8] = *reinterpret_cast<const uint32_t*>(&hi);
-                bl[h8] = pack_half2(pp.x - hf.x, pp.y - hf.y);
-            }
-            const int r = 16 * kp + lane % 8 + 8 * (lane / 16);
-#pragma unroll
-            for (int i = 0; i < OM_PER_WARP; ++i) {
-                const int cm = wid * OM_PER_WARP + i;
-                uint32_t va[4];
-                ldsm_x4_trans(vs_addr + 2 * uint32_t(swz<D>(r, 2 * cm + (lane / 8) % 2)), va);
-                mma_16816(o[i], va, bh[0], bh[1]);
-                mma_16816(o[i], va, bl[0], bl[1]);
-            }
+                for (int h8 = 0; h8 < 2; ++h8)
+                    p[h8] = *reinterpret_cast<const float2*>(&ps[grp][16 * kp + 8 * h8 + 2 * quad]);
+            Fmt::template pv<OM_PER_WARP>(o, vs, p, kp, wid, lane);
         }
         __syncthreads();  // ps, red and vs are rewritten by the next tile
-        if (nn > 0) attn_load_tile_swz<D, TK>(vs, Vb, row_stride, jn, nn);
+        if (nn > 0) Fmt::load(vs, sw.V, row_stride, jn, nn);
         cp_async_commit();
     }
     cp_async_wait<0>();  // (only empty groups are left)

@@ -337,7 +337,7 @@ bool launch_prefill_d(const PrefillArgs& a, int group, int64_t T, cudaStream_t s
 
 bool attention_prefill(Rows q, const KvView& kv, const Segment* seg, int n_seg, int64_t T, float scale, float* out,
                        cudaStream_t s) {
-    if (!kv.f16 || (kv.d != 64 && kv.d != 128 && kv.d != 256) || kv.n_kv <= 0 || q.n1 % kv.n_kv != 0) return false;
+    if (kv.type != GgmlType::F16 || (kv.d != 64 && kv.d != 128 && kv.d != 256) || kv.n_kv <= 0 || q.n1 % kv.n_kv != 0) return false;
     const int64_t group = q.n1 / kv.n_kv;
     if (group != 1 && group != 2 && group != 4 && group != 8) return false;
     if (q.n != kv.d)

@@ -812,6 +812,11 @@ void CudaBackend::rope_neox(const Tensor& x, const StepInfo& step, int n_rot, fl
     wrote(x);
 }
 
+bool CudaBackend::supports_kv_type(GgmlType t) const {
+    const bool q8_0 = env_int("QINFER_CUDA_KV_Q8_0", 0, 1, 0) != 0;  // read each time: tests set it
+    return t == GgmlType::F16 || t == GgmlType::F32 || (t == GgmlType::Q8_0 && q8_0);
+}
+
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const KvCache& cache,
                             const StepInfo& step, float scale, const Tensor& out) {
     check_ours(q, "attention");
@@ -820,8 +825,8 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     const Tensor& K = cache.k;
     if (T != step.n_tokens || k.ne[0] != d || v.ne[0] != d || v.ne[1] != n_kv || k.ne[2] != T || v.ne[2] != T ||
         K.ne[0] != d || K.ne[1] != n_kv || n_head % n_kv != 0 || out.ne[0] != d || out.ne[1] != n_head ||
-        out.ne[2] != T || !out.is_contiguous() || cache.v.type != K.type ||
-        (K.type != GgmlType::F16 && K.type != GgmlType::F32))
+        out.ne[2] != T || !out.is_contiguous() || cache.v.type != K.type || !supports_kv_type(K.type) ||
+        d % traits(K.type).block_size != 0)
         fail(strfmt("CUDA attention: q %s, k %s, v %s, cache %s, out %s do not fit", shape_str(q).c_str(),
                     shape_str(k).c_str(), shape_str(v).c_str(), shape_str(K).c_str(), shape_str(out).c_str()));
     for (int64_t t = 0; t < T; ++t) {
@@ -832,7 +837,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     cuda::KvView kv;
     kv.k = K.data;
     kv.v = cache.v.data;
-    kv.f16 = K.type == GgmlType::F16;
+    kv.type = K.type;
     kv.d = d;
     kv.n_kv = n_kv;
     kv.n_ctx = K.ne[2];
@@ -846,7 +851,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     const size_t wb = cuda::attention_work_bytes(T, n_head, d, kv.n_ctx, max_len);
     void* work = wb ? scratch(attn_work_, wb, "attention") : nullptr;
     float* op = static_cast<float*>(out.data);
-    sig(uint32_t(12), qr, kr, vr, kv.k, kv.v, kv.f16, d, n_kv, kv.n_ctx, kv.n_slots, pos, slot, T, scale, op, work,
+    sig(uint32_t(12), qr, kr, vr, kv.k, kv.v, kv.type, d, n_kv, kv.n_ctx, kv.n_slots, pos, slot, T, scale, op, work,
         max_len, seg, n_seg);
     enqueue([=, s = stream_] {
         cuda::kv_store(kr, vr, kv, pos, slot, T, s);

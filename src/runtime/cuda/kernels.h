@@ -214,10 +214,11 @@ void ffn_decode(const FfnJob& j, cudaStream_t s);
 struct KvView {
     void* k = nullptr;       // {d, n_kv, n_ctx, n_slots}
     void* v = nullptr;
-    bool f16 = true;         // else f32
+    GgmlType type = GgmlType::F16;  // F16, F32 or Q8_0 (rows of d / 32 GGUF blocks)
     int64_t d = 0, n_kv = 0, n_ctx = 0, n_slots = 0;
 };
-// Writes k, v rows (Rows over heads x tokens) into the cache at (slot[t], pos[t]).
+// Writes k, v rows (Rows over heads x tokens) into the cache at (slot[t], pos[t]);
+// a q8_0 cache gets the same bytes as the CPU backend's quantize_row.
 void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, cudaStream_t s);
 // out[t][h][:] = softmax(scale q.K[j]) V[j] over j <= pos[t] in slot[t]. q Rows (n1 = n_head,
 // n2 = T), out contiguous [T][n_head][d]. max_seg_len: the most tokens of one
@@ -236,7 +237,7 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
 // tokens given as segments (device array of n_seg, contiguous runs of one
 // sequence in batch order; token first + i at position pos0 + i of slot). Q and
 // P are rounded to f16 (relative error ~1e-3 of the f32 kernel). Returns false,
-// launching nothing, where it does not apply (f32 cache, head dim not 64 / 128 /
+// launching nothing, where it does not apply (f32 or q8_0 cache, head dim not 64 / 128 /
 // 256, more than 8 or a non-power-of-two number of query heads per kv head).
 bool attention_prefill(Rows q, const KvView& kv, const Segment* seg, int n_seg, int64_t T, float scale, float* out,
                        cudaStream_t s);
