@@ -23,6 +23,7 @@
 #ifdef QINFER_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/kernels.h"
 #endif
 
@@ -290,15 +291,56 @@ TEST(CudaMatmul, PromptStepsOnF16MatchF64Product) {
         be->free(xx);
         be->free(y);
     };
-    for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
-                        GgmlType::Q5_K, GgmlType::Q6_K})
-        check(wt, 300, "one chunk");
+    // Each weight dequantized per step through the scratch, and once into a
+    // kept f16 copy.
+    for (const char* copy : {"0", "1"}) {
+        set_env("QINFER_CUDA_F16_COPY", copy);
+        for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
+            check(wt, 300, *copy == '1' ? "f16 copy" : "one chunk");
+    }
     // Weights above the f16 scratch go in row chunks: 256 KB holds 170 rows of
     // 768, so 300 rows take two GEMMs (170 + 130) into the same output.
+    set_env("QINFER_CUDA_F16_COPY", "0");
     set_env("QINFER_CUDA_F16_CHUNK_KB", "256");
     check(GgmlType::Q4_K, 300, "two chunks");
     check(GgmlType::Q6_K, 300, "two chunks");
     unset_env("QINFER_CUDA_F16_CHUNK_KB");
+    unset_env("QINFER_CUDA_F16_COPY");
+}
+
+// The f16 copy of a weight is made at its first prompt step, reused by the
+// next (no new memory) and released with the weight; decode-sized products
+// never make one.
+TEST(CudaMatmul, F16CopyIsMadeOnceAndFreedWithTheWeight) {
+    REQUIRE_GPU();
+    set_env("QINFER_CUDA_F16_COPY", "1");
+    auto be = make_cuda_backend(0);
+    auto& cuda = static_cast<CudaBackend&>(*be);
+    const int64_t K = 512, N = 256;
+    const QuantWeights qw = quantized_weights(GgmlType::Q4_K, K, N, 5);
+    const uint64_t before = cuda.memory_in_use();
+    Tensor w = upload(*be, GgmlType::Q4_K, K, N, qw.q, "w");
+    const uint64_t uploaded = cuda.memory_in_use();
+    auto product = [&](int64_t T) {
+        Tensor x = put_f32(*be, random_floats(size_t(T * K), 7), {K, T}, "x");
+        Tensor y = be->alloc(GgmlType::F32, {N, T}, "y");
+        be->matmul(w, x, y, nullptr);
+        std::vector<float> got = get_f32(*be, y);
+        be->free(x);
+        be->free(y);
+        return got;
+    };
+    product(4);  // (grows only the small activation scratch)
+    EXPECT_LT(cuda.memory_in_use() - uploaded, uint64_t(K * N * 2)) << "a decode product made a copy";
+    const std::vector<float> first = product(200);
+    const uint64_t with_copy = cuda.memory_in_use();
+    EXPECT_GE(with_copy, uploaded + uint64_t(K * N * 2));
+    EXPECT_EQ(product(200), first);
+    EXPECT_EQ(cuda.memory_in_use(), with_copy) << "the second step made another copy";
+    be->free(w);
+    EXPECT_EQ(cuda.memory_in_use(), with_copy - (uploaded - before) - uint64_t(K * N * 2));
+    unset_env("QINFER_CUDA_F16_COPY");
 }
 
 TEST(CudaMatmul, BiasAndBatchedEqualsTokenByToken) {

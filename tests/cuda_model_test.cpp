@@ -143,9 +143,13 @@ INSTANTIATE_TEST_SUITE_P(Reference, CudaModel,
                                            "large/tiny-qwen3.f16.gguf", "large/tiny-qwen2.f16.gguf"),
                          param_name);
 
-// A q8_0 KV cache (opt-in on the GPU until measured): the GPU's logits against
-// the CPU's with the same cache type (both store the same bytes for the same
-// K/V rows), and the prompt at once against token-by-token decode on the GPU.
+// A q8_0 KV cache (opt-in on the GPU): the GPU's logits against the CPU's with
+// the same cache type, and the prompt at once against token-by-token decode on
+// the GPU. Both backends quantize their own K/V rows, so a last-bit difference
+// in a row can round a value to the neighbouring q8 step: the bound is the
+// larger of the usual 1e-2 x max|logit| and twice what the q8 cache itself
+// moves the CPU's logits (a wrong block, scale or layout moves them by the
+// size of the logits).
 class CudaModelQ8Cache : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaModelQ8Cache, LogitsMatchCpuWithTheSameCache) {
@@ -159,18 +163,23 @@ TEST_P(CudaModelQ8Cache, LogitsMatchCpuWithTheSameCache) {
     const std::vector<float> lg = run_batch(*load_gpu(path, opt), kS7);
     const std::vector<float> l1 = run_one_by_one(*load_gpu(path, opt), kS7);
     unset_env("QINFER_CUDA_KV_Q8_0");
+    const std::vector<float> lf = run_batch(*Model::load(path, options(64)), kS7);  // f16 cache
     ASSERT_EQ(lc.size(), lg.size());
     ASSERT_EQ(l1.size(), lg.size());
-    double maxref = 0, maxdiff = 0, d1 = 0;
+    ASSERT_EQ(lf.size(), lg.size());
+    double maxref = 0, maxdiff = 0, d1 = 0, cache_shift = 0;
     for (size_t i = 0; i < lc.size(); ++i) {
         ASSERT_TRUE(std::isfinite(lg[i])) << "logit " << i;
         maxref = std::max(maxref, double(std::fabs(lc[i])));
         maxdiff = std::max(maxdiff, double(std::fabs(lc[i] - lg[i])));
         d1 = std::max(d1, double(std::fabs(lg[i] - l1[i])));
+        cache_shift = std::max(cache_shift, double(std::fabs(lc[i] - lf[i])));
     }
-    std::printf("%s, q8_0 cache: max|cpu-gpu| %.3g, max|cpu| %.3g, max|batch-token_by_token| %.3g\n",
-                GetParam().c_str(), maxdiff, maxref, d1);
-    EXPECT_LE(maxdiff, 1e-2 * maxref);
+    std::printf("%s, q8_0 cache: max|cpu-gpu| %.3g, max|cpu| %.3g, max|cpu q8_0 - cpu f16| %.3g, "
+                "max|batch-token_by_token| %.3g\n",
+                GetParam().c_str(), maxdiff, maxref, cache_shift, d1);
+    EXPECT_LE(maxdiff, std::max(1e-2 * maxref, 2 * cache_shift));
+    EXPECT_LE(cache_shift, 0.1 * maxref) << "the CPU's q8_0 cache itself is off";
     EXPECT_LE(d1, 1e-3 * maxref);
 }
 

@@ -161,6 +161,7 @@ CudaBackend::~CudaBackend() {
     }
     cudaStreamSynchronize(stream_);
     cudaStreamSynchronize(upload_stream_);
+    cuda::ffn_print_clocks();
     if (profile_) {
         print_profile();
         for (cudaEvent_t e : profile_events_) cudaEventDestroy(e);
@@ -169,6 +170,8 @@ CudaBackend::~CudaBackend() {
     for (auto& kv : auto_graphs_) destroy_graph(kv.second);
     for (auto& kv : keyed_graphs_) destroy_graph(kv.second);
     for (auto& kv : owned_) cudaFree(const_cast<void*>(kv.first));
+    for (auto& kv : weights_)
+        if (kv.second.f16) cudaFree(kv.second.f16);
     for (Scratch* s : {&act_buf_[0], &act_buf_[1], &attn_work_, &half_w_, &half_x_, &ids_buf_, &cublas_ws_,
                        &ffn_barrier_})
         if (s->p) cudaFree(s->p);
@@ -326,7 +329,12 @@ void CudaBackend::free(Tensor& t) {
     owned_.erase(it);
     for (auto w = weights_.begin(); w != weights_.end();) {
         const uint8_t* p = static_cast<const uint8_t*>(w->first);
-        w = p >= lo && p < hi ? weights_.erase(w) : std::next(w);
+        if (p < lo || p >= hi) {
+            ++w;
+            continue;
+        }
+        if (w->second.f16) device_free(w->second.f16, size_t(w->second.dw.N) * size_t(w->second.dw.K) * 2);
+        w = weights_.erase(w);
     }
     wrote(t);
     t.data = nullptr;
@@ -374,7 +382,7 @@ Tensor CudaBackend::upload_blocks(GgmlType type, const int64_t ne[4], const void
     dw.N = t.n_rows();
     dw.data = static_cast<const uint8_t*>(dev);
     dw.layout = l;
-    weights_[dev] = WeightInfo{dw};
+    weights_[dev] = WeightInfo{dw, true};
     upload_bytes_ += l.total;
     upload_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     load_stats_printed_ = false;
@@ -533,6 +541,47 @@ cuda::ActQ CudaBackend::activations(GgmlType wt, const Tensor& x, int64_t K, int
     return cuda::act_view(kind, buf, xp, K, T);
 }
 
+// A quantized weight of prompt products, dequantized to f16 once and kept, so
+// that a prompt step multiplies straight away instead of dequantizing every
+// weight again (a tenth of a 512-token step on an H200). Memory that would sit
+// idle pays for it: the copy is made when, after it, a quarter of the device
+// (and of --vram-limit) stays free, else the weight keeps the per-step path.
+// QINFER_CUDA_F16_COPY=0 never makes copies, =1 makes them while allocation
+// succeeds. Same products either way: the same f16 values reach cuBLAS.
+bool CudaBackend::f16_copy_fits(size_t bytes) const {
+    const int mode = env_int("QINFER_CUDA_F16_COPY", 0, 1, -1);
+    if (mode >= 0) return mode == 1;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    if (free_b < bytes || free_b - bytes < total_b / 4) return false;
+    return limit_ == 0 || in_use_ + bytes + limit_ / 4 <= limit_;
+}
+
+const void* CudaBackend::f16_copy(const cuda::DeviceWeight& dw) {
+    auto it = weights_.find(dw.data);
+    if (it == weights_.end() || !it->second.resident) return nullptr;
+    WeightInfo& wi = it->second;
+    if (wi.f16 || wi.f16_declined || capturing_) return wi.f16;
+    const size_t bytes = size_t(dw.N) * size_t(dw.K) * 2;
+    if (!f16_copy_fits(bytes)) {
+        wi.f16_declined = true;
+        return nullptr;
+    }
+    try {
+        wi.f16 = device_malloc(bytes, "f16 copy of a weight");
+    } catch (const Error&) {
+        wi.f16_declined = true;  // out of memory: the per-step path needs none of it
+        return nullptr;
+    }
+    // Launched now, ahead of the queued ops: it reads only the weight, and the
+    // products that read the copy are queued after it on the same stream.
+    cuda::dequant_f16(dw, 0, dw.N, wi.f16, stream_);
+    return wi.f16;
+}
+
 // ---------------------------------------------------------------- ops
 
 cuda::DeviceWeight CudaBackend::device_weight(const Tensor& w) const {
@@ -626,16 +675,17 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
                                   : std::max<int64_t>(1, std::min<int64_t>(N, chunk_bytes / (elem * K)));
         void* hw = nullptr;
         void* hx = nullptr;
+        const void* copy = half ? nullptr : f16_copy(dw);
         if (!half) {
-            hw = scratch(half_w_, size_t(chunk * K) * 2, "f16 weight");
+            hw = copy ? nullptr : scratch(half_w_, size_t(chunk * K) * 2, "f16 weight");
             hx = scratch(half_x_, size_t(T * K) * 2, "f16 activation");
         } else if (w.type != GgmlType::F32) {
             hw = scratch(half_w_, size_t(chunk * K) * 4, "f32 weight chunk");
         }
-        sig(uint32_t(2), dw.data, dw.K, dw.N, uint32_t(dw.type), xp, T, yp, ldy, b, hw, hx, chunk);
+        sig(uint32_t(2), dw.data, dw.K, dw.N, uint32_t(dw.type), xp, T, yp, ldy, b, hw, hx, chunk, copy);
         if (profile_)
-            next_label_ = strfmt("matmul %s %lldx%lld T=%lld cublas", type_name(w.type), (long long)K, (long long)N,
-                                 (long long)T);
+            next_label_ = strfmt("matmul %s %lldx%lld T=%lld cublas%s", type_name(w.type), (long long)K, (long long)N,
+                                 (long long)T, copy ? " (f16 copy)" : "");
         const cudaStream_t st = stream_;
         enqueue([=] {
             const float one = 1.f, zero = 0.f;
@@ -652,10 +702,15 @@ void CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& y, cons
                 }
             } else {
                 cuda::convert_rows(xp, K, K, T, GgmlType::F16, hx, st);
-                for (int64_t n0 = 0; n0 < N; n0 += chunk) {
-                    const int64_t nc = std::min(chunk, N - n0);
-                    cuda::dequant_f16(dw, n0, nc, hw, st);
-                    QINFER_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(nc), int(T), int(K), &one, hw,
+                const int64_t step = copy ? N : chunk;
+                for (int64_t n0 = 0; n0 < N; n0 += step) {
+                    const int64_t nc = std::min(step, N - n0);
+                    const void* wp = copy;
+                    if (!copy) {
+                        cuda::dequant_f16(dw, n0, nc, hw, st);
+                        wp = hw;
+                    }
+                    QINFER_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(nc), int(T), int(K), &one, wp,
                                                      CUDA_R_16F, int(K), hx, CUDA_R_16F, int(K), &zero, yp + n0,
                                                      CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
                 }

@@ -80,6 +80,9 @@ public:
 private:
     struct WeightInfo {
         cuda::DeviceWeight dw;
+        bool resident = false;      // uploaded for good (not streamed into a reused arena)
+        void* f16 = nullptr;        // the weight dequantized to f16 (f16_copy)
+        bool f16_declined = false;  // no room for f16 when it was first wanted
     };
     // A growing device buffer (reallocated outside graph capture only).
     struct Scratch {
@@ -90,6 +93,8 @@ private:
     void* device_malloc(size_t bytes, const char* what);
     void device_free(void* p, size_t bytes);
     cuda::DeviceWeight device_weight(const Tensor& w) const;
+    const void* f16_copy(const cuda::DeviceWeight& dw);
+    bool f16_copy_fits(size_t bytes) const;
     Tensor weight_desc(GgmlType type, const int64_t ne[4], const char* name) const;
     void gate_op(cuda::Gate g, const Tensor& a, const Tensor& b, const Tensor& y, const char* what);
     Tensor upload_blocks(GgmlType type, const int64_t ne[4], const void* data, const char* name);

@@ -209,6 +209,10 @@ struct FfnJob {
 };
 bool ffn_decode_fits(const FfnJob& j);
 void ffn_decode(const FfnJob& j, cudaStream_t s);
+// QINFER_CUDA_FFN_CLOCKS=1: ffn_decode adds up the SM cycles of its phases;
+// this prints their mean per block run (stderr).
+bool ffn_clocks_enabled();
+void ffn_print_clocks();
 
 // ---- attention over the KV cache
 struct KvView {

@@ -6,6 +6,7 @@
 // Also the row gather of the embedding and the f16 dequantization.
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -595,6 +596,35 @@ struct FfnDev {
     const uint8_t* pf[3];  // weight bytes to pull into L2 at the start
     int64_t pf_bytes[3];
     unsigned* barrier;
+    bool clocks;  // add each phase's SM cycles to g_ffn_phase_cycles
+};
+
+// QINFER_CUDA_FFN_CLOCKS=1: where the fused FFN block's time goes. Per phase,
+// the SM cycles summed over every block run (thread 0's clock, the block
+// synchronized at each mark); the last word counts block runs.
+constexpr int kFfnPhases = 8;
+const char* const kFfnPhaseNames[kFfnPhases] = {"prefetch issue", "wait for inputs", "norm + quantize", "gate + up",
+                                                "barrier 1",      "swiglu + quantize", "barrier 2", "down + residual"};
+__device__ unsigned long long g_ffn_phase_cycles[kFfnPhases + 1];
+
+struct PhaseClock {
+    bool on;
+    long long t;
+    __device__ explicit PhaseClock(bool enabled) : on(enabled), t(0) {
+#ifdef __CUDA_ARCH__  // the host pass of the translation unit sees this body too
+        if (on) t = clock64();
+#endif
+    }
+    __device__ void mark(int phase) {
+        if (!on) return;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const long long now = clock64();
+            atomicAdd(&g_ffn_phase_cycles[phase], static_cast<unsigned long long>(now - t));
+            if (phase == kFfnPhases - 1) atomicAdd(&g_ffn_phase_cycles[kFfnPhases], 1ull);
+            t = now;
+        }
+    }
 };
 
 // All blocks of the grid (co-resident: the launcher sizes it to one wave) meet
@@ -666,6 +696,7 @@ __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
     __shared__ float red[32];
     const int lane = threadIdx.x % WARP, wib = threadIdx.x / WARP, nwb = blockDim.x / WARP;
     const int kmax = max(f.E, f.F);
+    PhaseClock clk(f.clocks);
     pdl_launch_dependents();
     {
         const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, nt = int64_t(gridDim.x) * blockDim.x;
@@ -674,7 +705,9 @@ __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
             for (int64_t off = t * 128; off < f.pf_bytes[i]; off += nt * 128)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(f.pf[i] + off));
     }
+    clk.mark(0);
     pdl_wait();
+    clk.mark(1);
 
     // rms_norm + quantization: lane holds elements 256 wib + 8 lane + [0, 8)
     SmemAct sa(ffn_smem, kmax);
@@ -704,6 +737,7 @@ __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
         quantize_span<3>(v, lane, ActOutPtrs{sa.qs, sa.d, nullptr, sa.bsum}, 0, f.E, 256 * wib, true);
         __syncthreads();
     }
+    clk.mark(2);
 
     const int W = int(gridDim.x) * nwb, w0 = int(blockIdx.x) * nwb + wib;
     {  // gate and up rows
@@ -716,7 +750,9 @@ __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
             ffn_rows<GgmlType(TG), R>(j, (is_gate ? g : g - ng_gate) * j.rpw, a, lane);
         }
     }
+    clk.mark(3);
     grid_barrier(f.barrier);
+    clk.mark(4);
 
     // swiglu + quantization; gate / up come from other blocks: L2 loads
     for (int sp = w0; sp < f.F / 256; sp += W) {
@@ -731,7 +767,9 @@ __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
         for (int i = 0; i < 8; ++i) f.s[k + i] = v[i];
         quantize_span<3>(v, lane, f.act_s, 0, f.F, 256 * sp, true);
     }
+    clk.mark(5);
     grid_barrier(f.barrier);
+    clk.mark(6);
 
     {  // down rows, on a copy of the quantized s
         SmemAct sd(ffn_smem, kmax);
@@ -744,6 +782,7 @@ __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
         const int64_t ng = (f.down.N + f.down.rpw - 1) / f.down.rpw;
         for (int64_t g = w0; g < ng; g += W) ffn_rows<GgmlType(TD), RD>(f.down, g * f.down.rpw, a, lane);
     }
+    clk.mark(7);
 }
 
 constexpr int kFfnRows = 4;      // rows per warp group of gate / up (Q4_K; half for Q5_K / Q6_K)
@@ -790,6 +829,25 @@ bool plain_vector(const Rows& r, int64_t n) { return r.data && r.n == n && r.n1 
 bool aligned16_ptr(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
+
+bool ffn_clocks_enabled() {
+    static const bool on = env_int("QINFER_CUDA_FFN_CLOCKS", 0, 1, 0) != 0;
+    return on;
+}
+
+void ffn_print_clocks() {
+    if (!ffn_clocks_enabled()) return;
+    unsigned long long c[kFfnPhases + 1] = {};
+    if (cudaMemcpyFromSymbol(c, g_ffn_phase_cycles, sizeof c) != cudaSuccess || c[kFfnPhases] == 0) return;
+    int dev = 0, khz = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev);
+    const double runs = double(c[kFfnPhases]), us_per_cycle = khz > 0 ? 1e3 / khz : 0;
+    std::fprintf(stderr, "ffn_decode phases, mean per block run (%.0f block runs, %d MHz):\n", runs, khz / 1000);
+    for (int i = 0; i < kFfnPhases; ++i)
+        std::fprintf(stderr, "  %-18s %8.0f cycles %7.2f us\n", kFfnPhaseNames[i], double(c[i]) / runs,
+                     double(c[i]) / runs * us_per_cycle);
+}
 
 bool ffn_decode_fits(const FfnJob& j) {
     const int64_t E = j.norm.x.n, F = j.gate.w.N;
@@ -839,6 +897,7 @@ void ffn_decode(const FfnJob& j, cudaStream_t s) {
         f.pf_bytes[i] = int64_t(ws[i]->w.layout.main_bytes) * ws[i]->w.N * (ws[i]->w.K / 256);
     }
     f.barrier = j.barrier;
+    f.clocks = ffn_clocks_enabled();
     ffn_start_g(j.gate.w.type, j.down.w.type, f, s);
     QINFER_CUDA_LAUNCHED("ffn_decode");
 }
