@@ -162,6 +162,16 @@ CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(stream_);
     cudaStreamSynchronize(upload_stream_);
     cuda::ffn_print_clocks();
+    if (std::getenv("QINFER_CUDA_VERBOSE")) {
+        size_t n = 0, bytes = 0, declined = 0;
+        for (const auto& kv : weights_) {
+            if (kv.second.f16) bytes += size_t(kv.second.dw.N) * size_t(kv.second.dw.K) * 2, ++n;
+            declined += kv.second.f16_declined;
+        }
+        if (n + declined > 0)
+            std::fprintf(stderr, "%s: f16 copies of %zu prompt weights (%.2f GiB); %zu weights without one (no room)\n",
+                         name_.c_str(), n, double(bytes) / (1 << 30), declined);
+    }
     if (profile_) {
         print_profile();
         for (cudaEvent_t e : profile_events_) cudaEventDestroy(e);
