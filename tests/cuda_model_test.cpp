@@ -143,7 +143,7 @@ INSTANTIATE_TEST_SUITE_P(Reference, CudaModel,
                                            "large/tiny-qwen3.f16.gguf", "large/tiny-qwen2.f16.gguf"),
                          param_name);
 
-// A q8_0 KV cache (opt-in on the GPU): the GPU's logits against the CPU's with
+// A q8_0 KV cache: the GPU's logits against the CPU's with
 // the same cache type, and the prompt at once against token-by-token decode on
 // the GPU. Both backends quantize their own K/V rows, so a last-bit difference
 // in a row can round a value to the neighbouring q8 step: the bound is the
@@ -156,13 +156,11 @@ TEST_P(CudaModelQ8Cache, LogitsMatchCpuWithTheSameCache) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const std::string path = test::reference_path(GetParam());
     if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
-    set_env("QINFER_CUDA_KV_Q8_0", "1");
     ModelOptions opt = options(64);
     opt.kv_type = GgmlType::Q8_0;
     const std::vector<float> lc = run_batch(*Model::load(path, opt), kS7);
     const std::vector<float> lg = run_batch(*load_gpu(path, opt), kS7);
     const std::vector<float> l1 = run_one_by_one(*load_gpu(path, opt), kS7);
-    unset_env("QINFER_CUDA_KV_Q8_0");
     const std::vector<float> lf = run_batch(*Model::load(path, options(64)), kS7);  // f16 cache
     ASSERT_EQ(lc.size(), lg.size());
     ASSERT_EQ(l1.size(), lg.size());
@@ -333,6 +331,54 @@ INSTANTIATE_TEST_SUITE_P(Reference, CudaLongPrompt,
                          ::testing::Values("tiny-qwen35.q8_0.gguf", "tiny-qwen35.q4_k_m.gguf", "tiny-qwen3.q4_k_m.gguf",
                                            "tiny-qwen2.q8_0.gguf"),
                          param_name);
+
+// A q8_0 cache through prompt offload: the GPU runs the CPU-resident layers'
+// attention on a copy of their cache rows (GGUF blocks on both backends) and
+// writes the prompt's rows back, so the next token, decoded on the CPU from
+// that cache, must agree with the all-CPU model as the prompt's own logits do
+// (a wrong row layout moves them by the size of the logits).
+TEST(CudaLongPromptQ8Cache, PromptOffloadFillsTheCpuCache) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const std::string path = test::reference_path("tiny-qwen35.q8_0.gguf");
+    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    const HParams hp = HParams::from_gguf(*gguf::File::open(path));
+    ModelOptions opt = options(512);
+    opt.n_batch = 256;
+    opt.kv_type = GgmlType::Q8_0;
+    auto prompt_then_one = [&](Model& m) {
+        Batch b;
+        for (int i = 0; i < 256; ++i) b.add(int32_t(100 + (i * 7919) % int(hp.n_vocab - 200)), i, 0, i + 4 >= 256);
+        std::vector<float> prompt, next;
+        m.forward(b, prompt);
+        Batch one;
+        one.add(4242, 256, 0, true);
+        m.forward(one, next);
+        prompt.insert(prompt.end(), next.begin(), next.end());
+        return prompt;
+    };
+    const std::vector<float> lc = prompt_then_one(*Model::load(path, opt));
+    Placement pl;
+    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(2)));
+    pl.backends.push_back(make_cuda_backend(0));
+    pl.layer.assign(size_t(hp.n_layer), 0);
+    pl.offload = 1;
+    ModelOptions oo = opt;
+    oo.op_offload_min_batch = 32;
+    auto off = Model::load(path, oo, std::move(pl));
+    const std::vector<float> lo = prompt_then_one(*off);
+    EXPECT_EQ(off->offloaded_batches(), 1u) << off->backend_description();
+    ASSERT_EQ(lo.size(), lc.size());
+    const size_t V = size_t(hp.n_vocab), next0 = lc.size() - V;
+    double maxref = 0, d_prompt = 0, d_next = 0;
+    for (size_t i = 0; i < lc.size(); ++i) {
+        maxref = std::max(maxref, double(std::fabs(lc[i])));
+        (i < next0 ? d_prompt : d_next) = std::max(i < next0 ? d_prompt : d_next, double(std::fabs(lc[i] - lo[i])));
+    }
+    std::printf("q8_0 cache, 256-token prompt offloaded: max|cpu| %.3g, prompt max|cpu-offload| %.3g, "
+                "next token %.3g\n", maxref, d_prompt, d_next);
+    EXPECT_LE(d_prompt, 1e-1 * maxref);
+    EXPECT_LE(d_next, 1e-1 * maxref);
+}
 
 // Decode steps of several sequences (the server's batches) against the same
 // sequences stepped one at a time. Up to 8 tokens a step runs the one-token

@@ -167,7 +167,6 @@ class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
 TEST_P(CudaAttention, PrefillDecodeAndLongContextMatchCpu) {
     REQUIRE_GPU();
     const AttnCase ac = GetParam();
-    if (ac.kv == GgmlType::Q8_0) test::set_env("QINFER_CUDA_KV_Q8_0", "1");  // opt-in until measured
     Both b;
     const int64_t d = ac.d, H = ac.n_head, G = ac.n_kv, n_ctx = 2048, n_slots = 2;
     KvCache kc{b.cpu->alloc(ac.kv, {d, G, n_ctx, n_slots}, "k"), b.cpu->alloc(ac.kv, {d, G, n_ctx, n_slots}, "v")};
@@ -212,7 +211,6 @@ TEST_P(CudaAttention, PrefillDecodeAndLongContextMatchCpu) {
         for (size_t i = 0; i < host.size(); ++i) differ += host[i] != dev[i];
         EXPECT_EQ(differ, 0u) << (t == &kc.k ? "K" : "V") << " cache bytes differ";
     }
-    if (ac.kv == GgmlType::Q8_0) test::unset_env("QINFER_CUDA_KV_Q8_0");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,

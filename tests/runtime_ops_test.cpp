@@ -299,7 +299,7 @@ TEST(RuntimeOps, AttentionGqaSlotsAndSteps) {
     for (GgmlType kv : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0}) {
         for (auto& bp : backends()) {
             Backend& be = *bp;
-            if (!be.supports_kv_type(kv)) continue;  // (q8_0: CPU only so far)
+            if (!be.supports_kv_type(kv)) continue;
             KvCache cache{be.alloc(kv, {d, n_kv, n_ctx, n_slots}), be.alloc(kv, {d, n_kv, n_ctx, n_slots})};
             HostAttention ref{d, n_head, n_kv, kv, {}, {}};
             // step 1: slot 1 prompt of 3, slot 0 prompt of 2; step 2: one token each; step 3: slot 0 chunk of 4.

@@ -39,10 +39,10 @@ if [ -f "$f" ]; then
   done
 fi
 echo
-echo "== KV cache type (decode at 512 and 32768 keys): f16 against q8_0 (QINFER_CUDA_KV_Q8_0=1, half the bytes)"
+echo "== KV cache type (decode at 512 and 32768 keys): f16 against q8_0 (half the bytes)"
 if [ -f "$f" ]; then
   for kv in f16 q8_0; do
-    QINFER_CUDA_KV_Q8_0=1 timeout 300 "$Q" bench -m "$f" -ngl all -ctk $kv -ctv $kv -p 0 -n 64 -d 512,32768 -r 3 -o md 2>&1 \
+    timeout 300 "$Q" bench -m "$f" -ngl all -ctk $kv -ctv $kv -p 0 -n 64 -d 512,32768 -r 3 -o md 2>&1 \
       | grep -E "tg|rror" | sed "s/^/$kv /"
   done
 fi

@@ -33,8 +33,7 @@ std::vector<char*> normalize_llama_flags(int argc, char** argv, std::vector<std:
 
 void add_kv_type_flags(CLI::App& app, std::string& k, std::string& v) {
     app.add_option("--kv-type,--cache-type-k", k,
-                   "KV cache type (-ctk) of keys and values: f16 (default), f32, or q8_0 (half of f16's memory; "
-                   "CPU backend only so far)")
+                   "KV cache type (-ctk) of keys and values: f16 (default), f32, or q8_0 (half of f16's memory)")
         ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
     app.add_option("--cache-type-v", v, "V cache type (-ctv): must equal -ctk")
         ->check(CLI::IsMember({"f16", "f32", "q8_0"}));

@@ -93,7 +93,7 @@ void PromptOffload::ensure_kv_capacity(int64_t rows) {
 bool PromptOffload::begin(const std::vector<int32_t>& pos, const std::vector<StepInfo::Segment>& segs) {
     const int T = int(pos.size());
     if (!arena_[0] || T < min_batch_ || int(segs.size()) > max_segments_) return false;
-    if (any_attn_ && !target_.supports_kv_type(cfg_.kv_type)) return false;  // (q8_0: CPU only so far)
+    if (any_attn_ && !target_.supports_kv_type(cfg_.kv_type)) return false;
     if (any_attn_) {
         int64_t rows = 0;
         for (const StepInfo::Segment& sg : segs) rows = std::max<int64_t>(rows, sg.pos0 + sg.count);

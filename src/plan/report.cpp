@@ -31,9 +31,6 @@ PlanReport make_report(const MemoryPlan& plan, const PlanLimits& limits) {
     if (!r.fits)
         r.warnings.push_back(strfmt("-ngl %d does not fit the given memory at context %lld", r.gpu_layers,
                                     (long long)plan.opt.n_ctx));
-    if (plan.opt.kv_type == GgmlType::Q8_0 && r.gpu_layers > 0)
-        r.warnings.push_back("the q8_0 KV cache runs on the CPU backend only so far: `qinfer run -ctk q8_0` "
-                             "refuses attention layers on the GPU (use -ngl 0 or an f16 cache)");
     return r;
 }
 

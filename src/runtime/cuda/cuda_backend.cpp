@@ -878,8 +878,7 @@ void CudaBackend::rope_neox(const Tensor& x, const StepInfo& step, int n_rot, fl
 }
 
 bool CudaBackend::supports_kv_type(GgmlType t) const {
-    const bool q8_0 = env_int("QINFER_CUDA_KV_Q8_0", 0, 1, 0) != 0;  // read each time: tests set it
-    return t == GgmlType::F16 || t == GgmlType::F32 || (t == GgmlType::Q8_0 && q8_0);
+    return t == GgmlType::F16 || t == GgmlType::F32 || t == GgmlType::Q8_0;
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const KvCache& cache,
