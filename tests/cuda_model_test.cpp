@@ -45,6 +45,19 @@ std::unique_ptr<Model> load_gpu(const std::string& path, const ModelOptions& opt
     return Model::load(path, opt, std::move(pl));
 }
 
+// Every layer on the CPU, prompts of 32+ tokens offloaded to the GPU.
+std::unique_ptr<Model> load_cpu_with_prompt_offload(const std::string& path, const ModelOptions& opt) {
+    const HParams hp = HParams::from_gguf(*gguf::File::open(path));
+    Placement pl;
+    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(2)));
+    pl.backends.push_back(make_cuda_backend(0));
+    pl.layer.assign(size_t(hp.n_layer), 0);
+    pl.offload = 1;
+    ModelOptions oo = opt;
+    oo.op_offload_min_batch = 32;
+    return Model::load(path, oo, std::move(pl));
+}
+
 std::unique_ptr<Model> load_on(const std::string& path, bool gpu, int n_ctx) {
     const ModelOptions opt = options(n_ctx);
     return gpu ? load_gpu(path, opt) : Model::load(path, opt);
@@ -293,14 +306,7 @@ TEST_P(CudaLongPrompt, GpuAndPromptOffloadMatchCpu) {
     unset_env("QINFER_CUDA_PREFILL");
 
     // Every layer on the CPU, the prompt offloaded to the GPU.
-    Placement pl;
-    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(2)));
-    pl.backends.push_back(make_cuda_backend(0));
-    pl.layer.assign(size_t(hp.n_layer), 0);
-    pl.offload = 1;
-    ModelOptions oo = opt;
-    oo.op_offload_min_batch = 32;
-    auto off = Model::load(path, oo, std::move(pl));
+    auto off = load_cpu_with_prompt_offload(path, opt);
     const std::vector<float> lo = last_rows(*off);
     EXPECT_EQ(off->offloaded_batches(), 1u) << off->backend_description();
     // The same placement of embedding and head (CPU), the layers on the GPU.
@@ -357,14 +363,7 @@ TEST(CudaLongPromptQ8Cache, PromptOffloadFillsTheCpuCache) {
         return prompt;
     };
     const std::vector<float> lc = prompt_then_one(*Model::load(path, opt));
-    Placement pl;
-    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(2)));
-    pl.backends.push_back(make_cuda_backend(0));
-    pl.layer.assign(size_t(hp.n_layer), 0);
-    pl.offload = 1;
-    ModelOptions oo = opt;
-    oo.op_offload_min_batch = 32;
-    auto off = Model::load(path, oo, std::move(pl));
+    auto off = load_cpu_with_prompt_offload(path, opt);
     const std::vector<float> lo = prompt_then_one(*off);
     EXPECT_EQ(off->offloaded_batches(), 1u) << off->backend_description();
     ASSERT_EQ(lo.size(), lc.size());
