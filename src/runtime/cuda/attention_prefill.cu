@@ -9,7 +9,8 @@
 // tile staged in shared memory serves all of them. 4 warps own 16 rows each.
 //
 // Per tile of BK keys (streamed with cp.async, double-buffered so that the
-// next tile loads while this one computes):
+// next tile loads while this one computes; a q8_0 cache's rows are dequantized
+// to f16 on their way into the tile, see load_kv_tile):
 //   S = Q K^T          mma.sync m16n8k16, f16 inputs, f32 accumulators
 //   online softmax     per row in f32 registers (running max and sum), in the
 //                      log2 domain (scale * log2(e) folded into Q); causal
@@ -59,8 +60,9 @@ template <int D> constexpr size_t prefill_smem_bytes() {
 struct PrefillArgs {
     const float* q;          // row of (token t, head h) at q + t*q_t + h*q_h
     int64_t q_h, q_t;
-    const __half* K;         // {d, n_kv, n_ctx, n_slots}
-    const __half* V;
+    const unsigned char* K;  // {d, n_kv, n_ctx, n_slots}: f16, or q8_0 rows of d / 32 GGUF blocks
+    const unsigned char* V;
+    bool q8;
     int n_kv, n_head;
     int64_t n_ctx;
     const Segment* seg;      // device
@@ -69,25 +71,57 @@ struct PrefillArgs {
     float* out;              // [T][n_head][d]
 };
 
-// Keys [key0, key0 + BK) of the block's kv head into one stage; rows at or
-// past kv_end are zero-filled.
-template <int D, int BK>
-__device__ __forceinline__ void load_kv_tile(__half* ks, __half* vs, const __half* Kb, const __half* Vb,
+// Bytes of one kv head's row in the cache.
+template <int D> __host__ __device__ constexpr int64_t prefill_row_bytes(bool q8) { return q8 ? D / 32 * 34 : D * 2; }
+
+// Eight values of a q8_0 block (part 0..3 of its 32) as f16 d x q: the
+// product is exact in f32 (11 + 7 bits), so each value is the dequantized
+// cache value rounded once to f16, as an f16 cache would hold it.
+__device__ __forceinline__ uint4 q8_0_part_to_f16(const unsigned char* block, int part) {
+    const float d = __half2float(*reinterpret_cast<const __half*>(block));
+    const uint16_t* qs = reinterpret_cast<const uint16_t*>(block + 2 + 8 * part);  // 2-byte aligned
+    uint32_t h[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint16_t two = qs[i];
+        const __half2 v = __floats2half2_rn(d * float(int8_t(two & 0xFF)), d * float(int8_t(two >> 8)));
+        h[i] = *reinterpret_cast<const uint32_t*>(&v);
+    }
+    return make_uint4(h[0], h[1], h[2], h[3]);
+}
+
+// Keys [key0, key0 + BK) of the block's kv head into one stage (Kb, Vb: key
+// 0's row; row_stride bytes apart); rows at or past kv_end are zero-filled.
+// f16 rows go by cp.async. q8_0 rows are dequantized on the way with plain
+// loads (their values are only 2-byte aligned, too little for cp.async); the
+// stage is read after the same wait and barrier, and the 64 query rows of the
+// block share each tile, so the loads' latency is paid once per tile.
+template <int D, int BK, bool Q8>
+__device__ __forceinline__ void load_kv_tile(__half* ks, __half* vs, const unsigned char* Kb, const unsigned char* Vb,
                                              int64_t row_stride, int key0, int kv_end) {
-    constexpr int CPR = D / 8;  // 16-byte chunks per row
+    constexpr int CPR = D / 8;  // 16-byte chunks of the f16 row (8 values)
     static_assert(BK * CPR % PF_THREADS == 0, "whole rounds of copies");
 #pragma unroll
     for (int it = 0; it < BK * CPR / PF_THREADS; ++it) {
         const int i = it * PF_THREADS + int(threadIdx.x);
         const int r = i / CPR, c = i % CPR;  // a warp copies whole rows: coalesced
         const bool valid = key0 + r < kv_end;
-        const int64_t off = int64_t(valid ? key0 + r : key0) * row_stride + c * 8;
-        cp_async16(ks + swz<D>(r, c), Kb + off, valid);
-        cp_async16(vs + swz<D>(r, c), Vb + off, valid);
+        const int64_t row = int64_t(valid ? key0 + r : key0) * row_stride;
+        if constexpr (!Q8) {
+            cp_async16(ks + swz<D>(r, c), Kb + row + c * 16, valid);
+            cp_async16(vs + swz<D>(r, c), Vb + row + c * 16, valid);
+        } else {
+            const int64_t block = row + (c / 4) * 34;
+            const uint4 zero = make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<uint4*>(ks + swz<D>(r, c)) = valid ? q8_0_part_to_f16(Kb + block, c % 4) : zero;
+            *reinterpret_cast<uint4*>(vs + swz<D>(r, c)) = valid ? q8_0_part_to_f16(Vb + block, c % 4) : zero;
+        }
     }
 }
 
-template <int D, int G>
+// (Q8: a q8_0 cache; its own instantiation, so that the f16 kernel's registers
+// do not pay for the dequantizing loader.)
+template <int D, int G, bool Q8>
 __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(PrefillArgs a) {
     constexpr int BK = prefill_bk<D>();
     constexpr int TOK = PF_ROWS / G;   // tokens per block
@@ -123,12 +157,12 @@ __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(PrefillArgs a)
     const int g = blockIdx.x;
     const int tid = threadIdx.x, lane = tid % WARP, warp = tid / WARP;
 
-    const int64_t row_stride = int64_t(a.n_kv) * D;
-    const __half* Kb = a.K + (int64_t(sg.slot) * a.n_ctx * a.n_kv + g) * D;
-    const __half* Vb = a.V + (int64_t(sg.slot) * a.n_ctx * a.n_kv + g) * D;
+    const int64_t head_row = prefill_row_bytes<D>(Q8), row_stride = int64_t(a.n_kv) * head_row;
+    const unsigned char* Kb = a.K + (int64_t(sg.slot) * a.n_ctx * a.n_kv + g) * head_row;
+    const unsigned char* Vb = a.V + (int64_t(sg.slot) * a.n_ctx * a.n_kv + g) * head_row;
     const int n_tiles = (kv_end + BK - 1) / BK;
 
-    load_kv_tile<D, BK>(k_stage(0), v_stage(0), Kb, Vb, row_stride, 0, kv_end);
+    load_kv_tile<D, BK, Q8>(k_stage(0), v_stage(0), Kb, Vb, row_stride, 0, kv_end);
     cp_async_commit();
 
     // Q (scaled, f16), while the first tile loads. Rows past the segment end are zero.
@@ -191,7 +225,7 @@ __global__ void __launch_bounds__(PF_THREADS) attn_prefill_kernel(PrefillArgs a)
         const int st = kt & 1;
         // the next tile into the other stage (freed by the barrier that ended the last iteration)
         if (kt + 1 < n_tiles)
-            load_kv_tile<D, BK>(k_stage(st ^ 1), v_stage(st ^ 1), Kb, Vb, row_stride, key0 + BK, kv_end);
+            load_kv_tile<D, BK, Q8>(k_stage(st ^ 1), v_stage(st ^ 1), Kb, Vb, row_stride, key0 + BK, kv_end);
         cp_async_commit();  // possibly empty: keeps the group count uniform
         cp_async_wait<1>();  // this tile's group has landed
         __syncthreads();     // ... for every thread's copies (and Q's stores)
@@ -314,12 +348,13 @@ void launch_prefill(const PrefillArgs& a, int64_t T, cudaStream_t s) {
     constexpr int TOK = PF_ROWS / G;
     constexpr size_t bytes = prefill_smem_bytes<D>();
     static_assert(bytes <= 96 * 1024, "prefill attention: shared memory over sm_86's budget");
-    allow_dynamic_smem(attn_prefill_kernel<D, G>, bytes);
+    auto kernel = a.q8 ? attn_prefill_kernel<D, G, true> : attn_prefill_kernel<D, G, false>;
+    allow_dynamic_smem(kernel, bytes);
     // every segment's tiles fit in ceil(T / TOK) + n_seg (one partial tile per segment)
     const int64_t tiles = (T + TOK - 1) / TOK + a.n_seg;
     if (tiles > 65535) fail(strfmt("CUDA prefill attention: %lld tokens in one step are too many", (long long)T));
     const dim3 grid(unsigned(a.n_kv), unsigned(tiles));
-    launch("attention_prefill", attn_prefill_kernel<D, G>, grid, dim3(PF_THREADS), bytes, s, a);
+    launch("attention_prefill", kernel, grid, dim3(PF_THREADS), bytes, s, a);
 }
 
 template <int D>
@@ -337,7 +372,7 @@ bool launch_prefill_d(const PrefillArgs& a, int group, int64_t T, cudaStream_t s
 
 bool attention_prefill(Rows q, const KvView& kv, const Segment* seg, int n_seg, int64_t T, float scale, float* out,
                        cudaStream_t s) {
-    if (kv.type != GgmlType::F16 || (kv.d != 64 && kv.d != 128 && kv.d != 256) || kv.n_kv <= 0 || q.n1 % kv.n_kv != 0) return false;
+    if ((kv.type != GgmlType::F16 && kv.type != GgmlType::Q8_0) || (kv.d != 64 && kv.d != 128 && kv.d != 256) || kv.n_kv <= 0 || q.n1 % kv.n_kv != 0) return false;
     const int64_t group = q.n1 / kv.n_kv;
     if (group != 1 && group != 2 && group != 4 && group != 8) return false;
     if (q.n != kv.d)
@@ -348,8 +383,9 @@ bool attention_prefill(Rows q, const KvView& kv, const Segment* seg, int n_seg, 
     a.q = q.data;
     a.q_h = q.s1;
     a.q_t = q.s2;
-    a.K = static_cast<const __half*>(kv.k);
-    a.V = static_cast<const __half*>(kv.v);
+    a.K = static_cast<const unsigned char*>(kv.k);
+    a.V = static_cast<const unsigned char*>(kv.v);
+    a.q8 = kv.type == GgmlType::Q8_0;
     a.n_kv = int(kv.n_kv);
     a.n_head = int(q.n1);
     a.n_ctx = kv.n_ctx;

@@ -241,7 +241,7 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
 // tokens given as segments (device array of n_seg, contiguous runs of one
 // sequence in batch order; token first + i at position pos0 + i of slot). Q and
 // P are rounded to f16 (relative error ~1e-3 of the f32 kernel). Returns false,
-// launching nothing, where it does not apply (f32 or q8_0 cache, head dim not 64 / 128 /
+// launching nothing, where it does not apply (f32 cache, head dim not 64 / 128 /
 // 256, more than 8 or a non-power-of-two number of query heads per kv head).
 bool attention_prefill(Rows q, const KvView& kv, const Segment* seg, int n_seg, int64_t T, float scale, float* out,
                        cudaStream_t s);
