@@ -193,7 +193,7 @@ TEST_P(CudaAttention, PrefillDecodeAndLongContextMatchCpu) {
         const double diff = b.max_diff(out, &ref);
         // Prompt chunks of 128+ tokens over an f16 or q8_0 cache take the
         // tensor-core kernel: f16 q and probabilities (1.1e-4 x (1 + max)
-        // measured on an H200 at d = 64; 2.5e-4 with q8_0 values rounded to f16
+        // measured on an H200 at d = 64; up to 2.6e-4 with q8_0 values rounded to f16
         // in its tiles); everything else f32 scores as the CPU.
         const bool tensor_cores = ac.kv != GgmlType::F32 && std::max(n0, n1) >= 128;
         EXPECT_LT(diff, (tensor_cores ? 1e-3 : 2e-5) * (ref + 1)) << "call (" << n0 << "," << n1 << ") d=" << d;
