@@ -54,6 +54,10 @@ TEST(PlanCli, JsonFieldsQwen35Preset) {
     EXPECT_EQ(j["gpu"]["total"], j["total_bytes_gpu"]);
     EXPECT_EQ(j["layers"].size(), 32u);
     EXPECT_EQ(j["n_recurrent_layers"].get<int>(), 24);
+    // 2 bytes per element of every quantized layer matrix of 32+ rows: the CUDA
+    // backend reported 6.65 GiB of copies (248 weights) for this shape on an H200.
+    EXPECT_EQ(j["f16_copy_bytes_gpu"].get<uint64_t>(), 7138181120ull);
+    EXPECT_EQ(plan_json("--arch-preset qwen35-4b-q4_k_m --vram 8GiB -ngl 0")["f16_copy_bytes_gpu"].get<uint64_t>(), 0u);
 }
 
 TEST(PlanCli, JsonQwen3PresetAndOptions) {

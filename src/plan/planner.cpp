@@ -116,6 +116,7 @@ MemoryPlan plan_memory(const ModelDesc& model, const PlanOptions& opt) {
                     uint64_t(t.ne[1]), std::max<uint64_t>(1, uint64_t(cuda::kF16WeightChunkBytes) / (2 * K)));
                 f16_weight = std::max(f16_weight, 2 * rows * K);
                 f16_input_k = std::max(f16_input_k, K);
+                l.f16_copy_bytes += 2 * K * uint64_t(t.ne[1]);
             }
         } else if (t.name == "token_embd.weight") {
             p.token_embd_bytes = t.nbytes;
@@ -201,6 +202,7 @@ Split MemoryPlan::split(int gpu_layers, int64_t n_ctx) const {
         if (g) {
             s.gpu.padding = add_sat(s.gpu.padding, l.weight_padding + (l.recurrent ? rs_pad : kv_pad));
             (l.recurrent ? s.gpu_recurrent_layers : s.gpu_attention_layers) += 1;
+            s.gpu_f16_copies += l.f16_copy_bytes;
         }
     }
 

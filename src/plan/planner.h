@@ -92,6 +92,7 @@ struct LayerPlan {
     uint64_t state_bytes_per_seq = 0;  // DeltaNet layers: conv + recurrent S (f32)
     int64_t widest_input = 0;          // largest ne[0] of its 2-D tensors (matmul K)
     uint64_t weight_padding = 0;       // GPU: allocation rounding of its tensors
+    uint64_t f16_copy_bytes = 0;       // GPU: f16 copies of its prompt-product weights (see Split)
 };
 
 // Bytes on one device for one split and context.
@@ -116,6 +117,10 @@ struct Split {
     int64_t gpu_attention_layers = 0;
     int64_t gpu_recurrent_layers = 0;
     DeviceBytes gpu, host;
+    // Not in the totals: the f16 copies the CUDA backend keeps of the GPU
+    // layers' quantized prompt-product weights, made only into memory that
+    // stays a quarter free after each (runtime/cuda/cuda_backend.cpp, f16_copy).
+    uint64_t gpu_f16_copies = 0;
 };
 
 struct MemoryPlan {

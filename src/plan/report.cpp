@@ -120,6 +120,7 @@ nlohmann::ordered_json report_json(const PlanReport& r) {
         {"kv_bytes_host", s.host.kv_cache},
         {"recurrent_state_bytes_gpu", s.gpu.recurrent_state},
         {"recurrent_state_bytes_host", s.host.recurrent_state},
+        {"f16_copy_bytes_gpu", s.gpu_f16_copies},
         {"gpu", device_json(s.gpu)},
         {"host", device_json(s.host)},
         {"weights",
@@ -251,6 +252,10 @@ std::string report_text(const PlanReport& r, bool per_layer) {
     if (s.gpu.offload) row("prompt offload arenas + shadow state", s.gpu.offload, 0);
     row("cudaMalloc rounding (2 MiB pages)", s.gpu.padding, s.host.padding);
     row("total", s.gpu.total(), s.host.total());
+    if (s.gpu_f16_copies)
+        o += strfmt("  (+ up to %s of f16 weight copies for faster prompts, kept only while a quarter of\n"
+                    "   the GPU stays free; QINFER_CUDA_F16_COPY=0 turns them off)\n",
+                    format_bytes(s.gpu_f16_copies).c_str());
 
     if (r.max_ctx.n_ctx > 0)
         o += strfmt("\nlargest context per slot with -ngl %d: %lld tokens (limited by %s)\n", s.gpu_layers,
