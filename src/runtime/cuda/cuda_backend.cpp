@@ -165,7 +165,7 @@ CudaBackend::~CudaBackend() {
     if (std::getenv("QINFER_CUDA_VERBOSE")) {
         size_t n = 0, bytes = 0, declined = 0;
         for (const auto& kv : weights_) {
-            if (kv.second.f16) bytes += size_t(kv.second.dw.N) * size_t(kv.second.dw.K) * 2, ++n;
+            if (kv.second.f16) bytes += kv.second.f16_bytes(), ++n;
             declined += kv.second.f16_declined;
         }
         if (n + declined > 0)
@@ -343,7 +343,7 @@ void CudaBackend::free(Tensor& t) {
             ++w;
             continue;
         }
-        if (w->second.f16) device_free(w->second.f16, size_t(w->second.dw.N) * size_t(w->second.dw.K) * 2);
+        if (w->second.f16) device_free(w->second.f16, w->second.f16_bytes());
         w = weights_.erase(w);
     }
     wrote(t);
@@ -576,7 +576,7 @@ const void* CudaBackend::f16_copy(const cuda::DeviceWeight& dw) {
     if (it == weights_.end() || !it->second.resident) return nullptr;
     WeightInfo& wi = it->second;
     if (wi.f16 || wi.f16_declined || capturing_) return wi.f16;
-    const size_t bytes = size_t(dw.N) * size_t(dw.K) * 2;
+    const size_t bytes = wi.f16_bytes();
     if (!f16_copy_fits(bytes)) {
         wi.f16_declined = true;
         return nullptr;

@@ -82,6 +82,7 @@ private:
         bool resident = false;      // uploaded for good (not streamed into a reused arena)
         void* f16 = nullptr;        // the weight dequantized to f16 (f16_copy)
         bool f16_declined = false;  // no room for f16 when it was first wanted
+        size_t f16_bytes() const { return size_t(dw.N) * size_t(dw.K) * 2; }
     };
     // A growing device buffer (reallocated outside graph capture only).
     struct Scratch {
