@@ -418,8 +418,16 @@ int64_t rows_warps(const MatvecJob* jobs, int n_jobs, int R) {
     return w;
 }
 
+// Rows of this many elements or more run one per warp with two steps in
+// flight (rows_lane's S): an H200's Q6_K ffn_down (9216 x 2560) took 11.1 us
+// at two rows per warp (1,280 warps, two units in flight per lane), 7.6 us at
+// one row per warp and two steps (2,560 warps, the same per lane); shorter
+// rows lost with two steps (K = 4096: 5.0 vs 4.5 us at one row per warp).
+constexpr int64_t kLongRow = 8192;
+
 int choose_rows(const MatvecJob* jobs, int n_jobs) {
     if (const int f = forced_rows()) return f;
+    if (jobs[0].w.K >= kLongRow) return 1;
     const double K = double(jobs[0].w.K);
     const double target = 32.0 * sm_count() * std::min(1.0, 2560.0 / K);
     for (int R : {4, 2})
@@ -432,8 +440,11 @@ bool rows_kernel_supports(GgmlType t) {
 }
 
 // acc[0, RR) += rows [row0, row0 + RR) of w times the activations, this lane's
-// units; rows past N repeat row N - 1 (loaded, never written).
-template <GgmlType TY, int RR, int R, class MA = FromGlobal>
+// units; rows past N repeat row N - 1 (loaded, never written). S steps' loads
+// (units u, u + 32, ...) are issued together and their dot products added in
+// unit order, so the sums are those of S = 1 bit for bit: a warp of one long
+// row keeps S times the bytes in flight.
+template <GgmlType TY, int RR, int R, int S = 1, class MA = FromGlobal>
 __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t N, const ActQ& A, int lane,
                                           float (&acc)[R]) {
     using U = RowUnit<TY>;
@@ -441,23 +452,36 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
     int64_t blk0[RR];
 #pragma unroll
     for (int r = 0; r < RR; ++r) blk0[r] = (row0 + r < N ? row0 + r : N - 1) * w.bpr;
+    typename U::W cw[S][RR];
+    typename U::A ca[S];
     int u = lane;
-    typename U::W cw[RR];
-    if (u < units) {
 #pragma unroll
-        for (int r = 0; r < RR; ++r) cw[r] = U::load_w(w, blk0[r], u);
-    }
+    for (int s = 0; s < S; ++s)
+        if (u + WARP * s < units) {
+#pragma unroll
+            for (int r = 0; r < RR; ++r) cw[s][r] = U::load_w(w, blk0[r], u + WARP * s);
+        }
     pdl_wait();  // weights only so far; the activations are the previous kernel's output
     if (u >= units) return;
-    typename U::A ca = U::template load_a<MA>(A, u);
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+        if (u + WARP * s < units) ca[s] = U::template load_a<MA>(A, u + WARP * s);
     for (;;) {
 #pragma unroll
-        for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[r], ca, u);
-        u += WARP;
-        if (u >= units) return;
-        ca = U::template load_a<MA>(A, u);
+        for (int s = 0; s < S; ++s) {
+            if (u + WARP * s >= units) return;
 #pragma unroll
-        for (int r = 0; r < RR; ++r) cw[r] = U::load_w(w, blk0[r], u);
+            for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[s][r], ca[s], u + WARP * s);
+        }
+        u += WARP * S;
+        if (u >= units) return;
+#pragma unroll
+        for (int s = 0; s < S; ++s)
+            if (u + WARP * s < units) {
+                ca[s] = U::template load_a<MA>(A, u + WARP * s);
+#pragma unroll
+                for (int r = 0; r < RR; ++r) cw[s][r] = U::load_w(w, blk0[r], u + WARP * s);
+            }
     }
 }
 
@@ -484,14 +508,15 @@ __device__ __forceinline__ void conv_row(const ConvAfter& cv, int64_t c, int64_t
 
 // acc = rows [row0, row0 + rows_for(type, R)) of a K-quant weight times the
 // activations (this lane's share).
-template <int R, class MA = FromGlobal>
+template <int R, int S = 1, class MA = FromGlobal>
 __device__ __forceinline__ void rows_of_type(GgmlType type, const WArgs& w, int64_t row0, int64_t N, const ActQ& A,
                                              int lane, float (&acc)[R]) {
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.f;
-    if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, R, MA>(w, row0, N, A, lane, acc);
-    else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), R, MA>(w, row0, N, A, lane, acc);
-    else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), R, MA>(w, row0, N, A, lane, acc);
+    constexpr int RH = R > 1 ? R / 2 : 1;  // Q5_K / Q6_K rows per warp
+    if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, R, (R == 1 ? S : 1), MA>(w, row0, N, A, lane, acc);
+    else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, RH, R, (RH == 1 ? S : 1), MA>(w, row0, N, A, lane, acc);
+    else rows_lane<GgmlType::Q6_K, RH, R, (RH == 1 ? S : 1), MA>(w, row0, N, A, lane, acc);
 }
 
 // The epilogue of rows [row0, row0 + rpw): warp sums, bias, residual, conv.
@@ -514,11 +539,13 @@ __device__ __forceinline__ void rows_store(const MvJobDev& j, int64_t row0, int 
 // Blocks per SM asked of the register allocator: Q4_K at R = 4 takes ~120
 // registers unbounded (4 blocks, 16 warps per SM), which would leave a gate+up
 // pair of 2 x 9216 rows in more than two waves.
-constexpr int rows_min_blocks(int R) { return R >= 8 ? 4 : R == 4 ? 6 : 8; }
+// Two steps in flight take more registers (Q6_K ~96: 5 blocks, 20 warps per SM,
+// one wave for a 2560-row product).
+constexpr int rows_min_blocks(int R, int S) { return S > 1 ? 5 : R >= 8 ? 4 : R == 4 ? 6 : 8; }
 
 // TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
-template <int R, int TYI>
-__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R)) mmv_rows_kernel(MvBatch b, ActQ A) {
+template <int R, int TYI, int S = 1>
+__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, S)) mmv_rows_kernel(MvBatch b, ActQ A) {
     int ji = 0;
 #pragma unroll
     for (int i = 1; i < kMaxMatvecJobs; ++i)
@@ -531,21 +558,29 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R)) mmv_rows
     pdl_launch_dependents();
     if (row0 < j.N) {
         float acc[R];
-        rows_of_type<R>(type, j.w, row0, j.N, A, lane, acc);
+        rows_of_type<R, S>(type, j.w, row0, j.N, A, lane, acc);
         rows_store<R>(j, row0, rpw, acc, lane);
     }
 }
 
-template <int R>
+template <int R, int S = 1>
 void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const ActQ& act) {
     const dim3 grid{unsigned(blocks)}, block{MMV_WARPS * WARP};
     const char* what = "matmul_vec (rows)";
-    if (mixed) return launch(what, mmv_rows_kernel<R, -1>, grid, block, 0, s, b, act);
+    if (mixed) return launch(what, mmv_rows_kernel<R, -1, S>, grid, block, 0, s, b, act);
     switch (GgmlType(b.job[0].type)) {
-        case GgmlType::Q4_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q4_K)>, grid, block, 0, s, b, act);
-        case GgmlType::Q5_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q5_K)>, grid, block, 0, s, b, act);
-        default: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q6_K)>, grid, block, 0, s, b, act);
+        case GgmlType::Q4_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q4_K), S>, grid, block, 0, s, b, act);
+        case GgmlType::Q5_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q5_K), S>, grid, block, 0, s, b, act);
+        default: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q6_K), S>, grid, block, 0, s, b, act);
     }
+}
+
+// Steps in flight per lane: two for long rows at one row per warp
+// (kLongRow); QINFER_CUDA_MV_STEPS=1 keeps one (A/B).
+int steps_in_flight(int64_t K, int R) {
+    static const int forced = env_int_of("QINFER_CUDA_MV_STEPS", {1, 2}, 0);
+    if (forced == 1) return 1;
+    return R == 1 && (forced == 2 || K >= kLongRow) ? 2 : 1;
 }
 
 // Jobs of K-quant types only (rows_kernel_supports).
@@ -565,8 +600,10 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
     }
     if (blocks >= (int64_t(1) << 31)) fail(strfmt("CUDA matvec: %lld blocks", (long long)blocks));
     if (blocks == 0) return;
-    if (R == 1) rows_start<1>(b, int(blocks), mixed, s, act);
-    else if (R == 2) rows_start<2>(b, int(blocks), mixed, s, act);
+    if (R == 1) {
+        if (steps_in_flight(jobs[0].w.K, R) == 2) rows_start<1, 2>(b, int(blocks), mixed, s, act);
+        else rows_start<1>(b, int(blocks), mixed, s, act);
+    } else if (R == 2) rows_start<2>(b, int(blocks), mixed, s, act);
     else if (R == 8) rows_start<8>(b, int(blocks), mixed, s, act);
     else rows_start<4>(b, int(blocks), mixed, s, act);
 }
@@ -686,7 +723,7 @@ __device__ __forceinline__ void ffn_rows(const MvJobDev& j, int64_t row0, const 
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.f;
-    rows_lane<TY, RR, R, FromShared>(j.w, row0, j.N, a, lane, acc);
+    rows_lane<TY, RR, R, 1, FromShared>(j.w, row0, j.N, a, lane, acc);
     rows_store<R>(j, row0, j.rpw, acc, lane);
 }
 
