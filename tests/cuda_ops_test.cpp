@@ -640,6 +640,82 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
     }
 }
 
+// A decode step's delta rule (after the l2 norms of q and k, or without them),
+// the gated norm of its output heads and the product over them, as a DeltaNet
+// layer issues them: with QINFER_CUDA_FUSE_GDR_NORM the norm and its
+// quantization run inside the delta rule's launch (sm_90 code: elsewhere the
+// fusion does not apply and both runs take the same launches). Output, state,
+// norm and product bit for bit, the CPU within rounding; eager steps, a
+// recording and replays; one and three sequences.
+TEST(CudaFusion, GatedNormInsideDecodeDeltaRuleEqualsUnfused) {
+    REQUIRE_GPU();
+    for (const char* off : {"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS", "QINFER_CUDA_REG_NORM", "QINFER_CUDA_FUSE_NORM"})
+        if (const char* v = std::getenv(off); v && std::string(v) == "0") GTEST_SKIP() << off << "=0";
+    Trio tr("QINFER_CUDA_FUSE_GDR_NORM");
+    const int64_t dk = 128, dv = 128, Hk = 4, Hv = 8, n_slots = 4, N = 64;
+    uint32_t seed = 1300;
+    const Trio::T3 wo = tr.weight(GgmlType::Q4_K, dv * Hv, N, ++seed);
+    const Trio::T3 hw = tr.f32({dv}, "norm"), dt = tr.f32({Hv}, "dt_bias"), sa = tr.f32({Hv}, "ssm_a");
+    tr.put(hw, randn(size_t(dv), ++seed, 0.5f, 1.f));
+    tr.put(dt, randn(size_t(Hv), ++seed, 0.25f, -1.f));
+    std::vector<float> A(static_cast<size_t>(Hv));
+    for (int64_t j = 0; j < Hv; ++j) A[size_t(j)] = -std::exp(-4.f + 6.5f * float(j) / float(Hv - 1));
+    tr.put(sa, A);
+    const Trio::T3 S = tr.f32({dk, dv, Hv, n_slots}, "S");
+    tr.put(S, randn(size_t(dk * dv * Hv * n_slots), ++seed, 0.3f));
+    for (const bool l2 : {true, false}) {
+        for (const int64_t T : {int64_t(1), int64_t(3)}) {
+            std::array<StepInfo, 3> st;
+            for (int i = 0; i < 3; ++i) {
+                st[i].n_tokens = int(T);
+                for (int64_t t = 0; t < T; ++t) {
+                    st[i].pos.push_back(int32_t(5 + t));
+                    st[i].slot.push_back(int32_t(t));
+                    st[i].segments.push_back({int32_t(t), 1, int32_t(t), int32_t(5 + t)});
+                }
+                Backend& be = *tr.be[i];
+                st[i].pos_t = be.alloc(GgmlType::I32, {T}, "pos");
+                st[i].slot_t = be.alloc(GgmlType::I32, {T}, "slot");
+                st[i].seg_t = be.alloc(GgmlType::I32, {4, T}, "seg");
+                be.write(st[i].pos_t, st[i].pos.data(), size_t(T) * 4);
+                be.write(st[i].slot_t, st[i].slot.data(), size_t(T) * 4);
+                be.write(st[i].seg_t, st[i].segments.data(), st[i].segments.size() * sizeof(StepInfo::Segment));
+            }
+            const Trio::T3 q = tr.f32({dk, Hk, T}, "q"), k = tr.f32({dk, Hk, T}, "k"), v = tr.f32({dv, Hv, T}, "v");
+            const Trio::T3 a = tr.f32({Hv, T}, "a"), b = tr.f32({Hv, T}, "b"), z = tr.f32({dv * Hv, T}, "z");
+            const Trio::T3 o = tr.out({dv, Hv, T}, "o"), y = tr.out({dv * Hv, T}, "y"), p = tr.out({N, T}, "p");
+            const uint64_t fused0 = fused_producers(*tr.be[2]);
+            for (int step = 0; step < 4; ++step) {
+                tr.put(q, randn(size_t(dk * Hk * T), ++seed, l2 ? 2.f : 0.09f));
+                tr.put(k, randn(size_t(dk * Hk * T), ++seed, l2 ? 2.f : 0.09f));
+                tr.put(v, randn(size_t(dv * Hv * T), ++seed));
+                tr.put(a, randn(size_t(Hv * T), ++seed));
+                tr.put(b, randn(size_t(Hv * T), ++seed));
+                tr.put(z, randn(size_t(dv * Hv * T), ++seed, 2.f));
+                for (int i = 0; i < 3; ++i) {
+                    Backend& be = *tr.be[i];
+                    if (l2) {
+                        be.l2_norm(q[i], 1e-6f, q[i]);
+                        be.l2_norm(k[i], 1e-6f, k[i]);
+                    }
+                    be.gated_delta_rule(q[i], k[i], v[i], a[i], b[i], dt[i], sa[i], RecurrentState{Tensor{}, S[i]},
+                                        st[i], o[i]);
+                    be.rms_norm_gated(o[i], hw[i], reshape(z[i], {dv, Hv, T}), 1e-6f, reshape(y[i], {dv, Hv, T}));
+                    be.matmul(wo[i], y[i], p[i], nullptr);
+                }
+                const std::string at = std::string(l2 ? "l2, " : "") + "T=" + std::to_string(T) + " step " +
+                                       std::to_string(step);
+                for (const Trio::T3* t : {&o, &y, &p, &S}) tr.expect_same_and_near_cpu(*t, "with the fusion", at);
+            }
+            // where it applies, two producers (norm, quantization) per issued step
+            const uint64_t fused = fused_producers(*tr.be[2]) - fused0;
+            EXPECT_EQ(fused % 2, 0u) << fused;
+            std::printf("[ fusion ] delta rule + gated norm%s, T=%lld: %llu producers fused\n", l2 ? " (l2)" : "",
+                        (long long)T, (unsigned long long)fused);
+        }
+    }
+}
+
 // A one-token FFN block (ffn_block: rms_norm, gate and up, swiglu, down, the
 // residual add) as one launch (cuda::ffn_decode) against the same ops launched
 // one at a time: every output bit for bit, the CPU within rounding; the 4B

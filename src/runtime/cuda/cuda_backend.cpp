@@ -140,6 +140,7 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
     fuse_norm_ = fuse_ && !env_is("QINFER_CUDA_FUSE_NORM", "0");
     fuse_conv_ = fuse_ && !env_is("QINFER_CUDA_FUSE_CONV", "0");
     fuse_l2_ = fuse_ && !env_is("QINFER_CUDA_FUSE_L2", "0");
+    fuse_gdr_norm_ = fuse_ && !env_is("QINFER_CUDA_FUSE_GDR_NORM", "0");
     fuse_ffn_ = fuse_ && env_is("QINFER_CUDA_FUSE_FFN", "1");
     QINFER_CUDA_CHECK(cudaMemset(scratch(ffn_barrier_, 256, "FFN barrier"), 0, 256));
     profile_ = env_is("QINFER_CUDA_PROFILE", "1");
@@ -1177,6 +1178,26 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
             ++i;
             continue;
         }
+        // a decode delta rule at k (its args `g`), then the gated norm of its output and
+        // the quantization of that for the next product: one launch
+        auto gdr_norm_at = [&](size_t k, const cuda::DeltaArgs& g) {
+            return fuse_gdr_norm_ && k + 2 < n && pending_[k + 1].kind == PendingOp::Norm &&
+                   pending_[k + 2].kind == PendingOp::Quantize &&
+                   cuda::gdr_norm_fits(g, pending_[k].gdr_max_len, pending_[k + 1].norm, pending_[k + 2].dest);
+        };
+        auto run_gdr_norm = [&](size_t k, const cuda::DeltaArgs& g, const std::string& label) {
+            const PendingOp& go = pending_[k];
+            if (prof) before(label + " + " + pending_[k + 1].label + " + " + pending_[k + 2].label);
+            cuda::gated_delta_rule_norm(g, go.gdr_seg, go.gdr_n_seg, pending_[k + 1].norm, pending_[k + 2].dest,
+                                        stream_);
+            after();
+            fused_producers_ += 2;
+        };
+        if (op.kind == PendingOp::Gdr && gdr_norm_at(i, op.gdr)) {
+            run_gdr_norm(i, op.gdr, "fused: " + op.label);
+            i += 3;
+            continue;
+        }
         // l2 norms of q and k (in place) right before a serial delta rule that reads them
         if (fuse_l2_ && i + 2 < n && op.kind == PendingOp::Norm && pending_[i + 1].kind == PendingOp::Norm &&
             pending_[i + 2].kind == PendingOp::Gdr) {
@@ -1195,6 +1216,12 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
                 cuda::DeltaArgs fused = go.gdr;
                 fused.l2_qk = true;
                 fused.l2_eps = a.eps;
+                if (gdr_norm_at(i + 2, fused)) {
+                    run_gdr_norm(i + 2, fused, "fused: " + op.label + " + " + pending_[i + 1].label + " + " + go.label);
+                    fused_producers_ += 2;
+                    i += 5;
+                    continue;
+                }
                 if (prof) before("fused: " + op.label + " + " + pending_[i + 1].label + " + " + go.label);
                 cuda::gated_delta_rule(fused, go.gdr_seg, go.gdr_n_seg, go.gdr_max_len, stream_);
                 after();

@@ -194,6 +194,9 @@ private:
     bool fuse_conv_ = true;
     // The l2 norms of q and k inside a serial delta rule (QINFER_CUDA_FUSE_L2=0: separate).
     bool fuse_l2_ = true;
+    // A decode step's gated norm of the delta rule's output, and its quantization,
+    // inside the delta rule's launch (QINFER_CUDA_FUSE_GDR_NORM=0: separate).
+    bool fuse_gdr_norm_ = true;
     // A one-token FFN block (norm .. down + residual) as one launch
     // (cuda::ffn_decode), with QINFER_CUDA_FUSE_FFN=1 only: bit-identical, but
     // tg128 450 vs 507 tok/s on an H200 in its first form (docs/cuda-notes.md).

@@ -10,8 +10,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
+
+#include <cooperative_groups.h>
 
 #include "common/error.h"
+#include "runtime/cuda/act_quant.cuh"
 #include "runtime/cuda/cuda_common.cuh"
 #include "runtime/cuda/launch.cuh"
 #include "runtime/cuda/kernels.h"
@@ -90,17 +94,33 @@ __global__ void __launch_bounds__(CONV_THREADS)
 constexpr int GDR_WARPS = 4;
 constexpr int GDR_ROWS = 4;  // value rows per warp
 
-// Block: (row group, value head, segment). KPL keys per lane (d_k = 32 * KPL).
-// Segments longer than max_count are left to the chunked kernel.
-template <int KPL>
-__global__ void __launch_bounds__(GDR_WARPS * WARP)
-    gdr_seq_kernel(DeltaArgs p, const Segment* __restrict__ seg, int max_count) {
+// The gated RMSNorm of the rule's output heads (d_v = 128) and its quantization
+// for the next product, as the fused norm_quantize launch computes them (ops.cu:
+// 16 lanes per head row, 8 elements each, the same sums in the same order).
+struct GdrNormDev {
+    const float* w;  // [128]
+    Rows z, y;       // rows t * Hv + head
+    float eps;
+    ActOutPtrs q;
+    int64_t m;  // head rows per token row of the quantized input
+};
+constexpr int GDR_NORM_WARPS = 8;  // 32 rows a block: a cluster of 4 x 2 blocks holds two heads
+
+// Block: (row group, value head, segment). KPL keys per lane (d_k = 32 * KPL),
+// W warps of GDR_ROWS rows. Segments longer than max_count are left to the
+// chunked kernel. QK != 0 (one token per segment, d_v = 128, clusters of 4 x 2
+// blocks = two value heads): the cluster's first block also applies the gated
+// norm to the pair of heads and quantizes them (Q8_0 / Q8_1 / Q8_K), one launch
+// instead of two per DeltaNet layer in decode.
+template <int KPL, int W = GDR_WARPS, int QK = 0>
+__global__ void __launch_bounds__(W * WARP)
+    gdr_seq_kernel(DeltaArgs p, const Segment* __restrict__ seg, int max_count, GdrNormDev nd) {
     pdl_enter();
     const int j = blockIdx.y;
     const Segment sg = seg[blockIdx.z];
-    if (sg.count > max_count) return;
+    if (QK == 0 && sg.count > max_count) return;  // (QK: every block reaches the cluster barrier)
     const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
-    const int r0 = (blockIdx.x * GDR_WARPS + wid) * GDR_ROWS;
+    const int r0 = (blockIdx.x * W + wid) * GDR_ROWS;
     const int dk = p.dk, dv = p.dv;
     if (r0 >= dv) return;
     const int kh = j % p.Hk;  // tiled value-head -> key-head mapping (GGUF order)
@@ -148,6 +168,7 @@ __global__ void __launch_bounds__(GDR_WARPS * WARP)
         }
     };
     const int t_end = sg.first + sg.count;
+    float last = 0.f;  // this lane's output row of the last token (lane < GDR_ROWS)
     if (sg.count > 0) {
         load(sg.first);
         normalize();
@@ -201,7 +222,8 @@ __global__ void __launch_bounds__(GDR_WARPS * WARP)
 #pragma unroll
             for (int r = 1; r < GDR_ROWS; ++r)
                 if (lane == r) ov = o[r];
-            if (r0 + lane < dv) p.out[(int64_t(t) * p.Hv + j) * dv + r0 + lane] = ov * scale;
+            last = ov * scale;
+            if (r0 + lane < dv) p.out[(int64_t(t) * p.Hv + j) * dv + r0 + lane] = last;
         }
     }
 #pragma unroll
@@ -209,6 +231,37 @@ __global__ void __launch_bounds__(GDR_WARPS * WARP)
         if (r0 + r < dv)
 #pragma unroll
             for (int i = 0; i < KPL; ++i) S[int64_t(r0 + r) * dk + lane + 32 * i] = s[r][i];
+    if constexpr (QK != 0) {
+#if __CUDA_ARCH__ >= 900
+        constexpr int DV = 128;
+        __shared__ float pair[2 * DV];  // the cluster's two heads, in its first block
+        namespace cg = cooperative_groups;
+        cg::cluster_group cluster = cg::this_cluster();
+        float* lead = cluster.map_shared_rank(pair, 0);
+        if (lane < GDR_ROWS) lead[(j & 1) * DV + r0 + lane] = last;
+        cluster.sync();
+        if (cluster.block_rank() == 0 && wid == 0) {
+            const int hp = lane / 16, k0 = 8 * (lane % 16);  // head of the pair, first element
+            const int64_t r = int64_t(sg.first) * p.Hv + (j & ~1) + hp, rp = r - hp;
+            const float* zr = nd.z.data + (r % nd.z.n1) * nd.z.s1 + (r / nd.z.n1) * nd.z.s2;
+            float* yr = nd.y.data + (r % nd.y.n1) * nd.y.s1 + (r / nd.y.n1) * nd.y.s2;
+            float v[8], ss = 0.f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                v[i] = pair[hp * DV + k0 + i];
+                ss = fmaf(v[i], v[i], ss);
+            }
+            for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            const float sc = 1.f / sqrtf(ss / float(DV) + nd.eps);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                v[i] = (v[i] * sc) * nd.w[k0 + i] * silu(zr[k0 + i]);
+                yr[k0 + i] = v[i];
+            }
+            quantize_span<QK>(v, lane, nd.q, rp / nd.m, nd.m * DV, (rp % nd.m) * DV, true);
+        }
+#endif
+    }
 }
 
 // ---- gated delta rule, chunked (spec/models.md §5.7)
@@ -580,6 +633,83 @@ int chunk_min_tokens(const DeltaArgs& a, int max_seg_len, GdrPath path) {
 }
 }  // namespace
 
+namespace {
+// Clusters in the running code: an sm_90+ device running sm_90+ code (a
+// build's PTX for older targets, JIT-compiled on a newer device, has none).
+bool gdr_clusters_usable() {
+    static const bool ok = [] {
+        int dev = 0, major = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)
+            return false;
+        cudaFuncAttributes fa{};
+        if (cudaFuncGetAttributes(&fa, gdr_seq_kernel<4, GDR_NORM_WARPS, 3>) != cudaSuccess) return false;
+        return fa.ptxVersion >= 90;
+    }();
+    return ok;
+}
+
+int qk_of_kind(ActKind k) {
+    return k == ActKind::Q8_0 ? 1 : k == ActKind::Q8_1 ? 2 : k == ActKind::Q8_K ? 3 : 0;
+}
+
+template <int KPL, int QK>
+void launch_gdr_norm(const DeltaArgs& a, const Segment* seg, int n_seg, const GdrNormDev& nd, cudaStream_t s) {
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 128 / (GDR_NORM_WARPS * GDR_ROWS);
+    attr[0].val.clusterDim.y = 2;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(128 / (GDR_NORM_WARPS * GDR_ROWS), unsigned(a.Hv), unsigned(n_seg));
+    cfg.blockDim = dim3(GDR_NORM_WARPS * WARP);
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_enabled() ? 2 : 1;
+    QINFER_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdr_seq_kernel<KPL, GDR_NORM_WARPS, QK>, a, seg, INT_MAX, nd));
+}
+}  // namespace
+
+bool gdr_norm_fits(const DeltaArgs& a, int max_seg_len, const NormJob& norm, const ActDest& q) {
+    const Rows& x = norm.x;
+    const int64_t rows = x.n1 * x.n2;
+    return max_seg_len == 1 && a.dv == 128 && a.Hv % 2 == 0 && a.Hv % a.Hk == 0 &&
+           (a.dk == 32 || a.dk == 64 || a.dk == 128 || a.dk == 256) && norm.op == NormOp::RmsGated && norm.w &&
+           x.data == a.out && x.n == 128 && (x.n1 == 1 || x.s1 == 128) && (x.n2 == 1 || x.s2 == x.n1 * 128) &&
+           rows % a.Hv == 0 && q.T * a.Hv == rows && qk_of_kind(q.kind) != 0 && norm_quantize_fits(norm, q) &&
+           gdr_clusters_usable();
+}
+
+void gated_delta_rule_norm(const DeltaArgs& a, const Segment* seg, int n_seg, const NormJob& norm, const ActDest& q,
+                           cudaStream_t s) {
+    if (!gdr_norm_fits(a, 1, norm, q) || n_seg != q.T)
+        fail("CUDA gated_delta_rule_norm: the norm is not the one of this decode step's delta rule output");
+    if (n_seg == 0) return;
+    GdrNormDev nd;
+    nd.w = norm.w;
+    nd.z = norm.z;
+    nd.y = norm.y;
+    nd.eps = norm.eps;
+    nd.q = act_out(q);
+    nd.m = q.K / 128;
+    const int qk = qk_of_kind(q.kind);
+    const auto go = [&](auto kpl) {
+        constexpr int KPL = decltype(kpl)::value;
+        if (qk == 1) launch_gdr_norm<KPL, 1>(a, seg, n_seg, nd, s);
+        else if (qk == 2) launch_gdr_norm<KPL, 2>(a, seg, n_seg, nd, s);
+        else launch_gdr_norm<KPL, 3>(a, seg, n_seg, nd, s);
+    };
+    switch (a.dk) {
+        case 32: go(std::integral_constant<int, 1>{}); break;
+        case 64: go(std::integral_constant<int, 2>{}); break;
+        case 128: go(std::integral_constant<int, 4>{}); break;
+        default: go(std::integral_constant<int, 8>{}); break;
+    }
+    QINFER_CUDA_LAUNCHED("gated_delta_rule + gated norm");
+}
+
 bool gdr_all_serial(const DeltaArgs& a, int max_seg_len, GdrPath path) {
     return chunk_min_tokens(a, max_seg_len, path) == INT_MAX;
 }
@@ -604,13 +734,13 @@ void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max
                     static_cast<unsigned>(n_seg));
     switch (a.dk) {
         case 32: launch("gdr_seq_kernel", gdr_seq_kernel<1>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg,
-                serial_max); break;
+                serial_max, GdrNormDev{}); break;
         case 64: launch("gdr_seq_kernel", gdr_seq_kernel<2>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg,
-                serial_max); break;
+                serial_max, GdrNormDev{}); break;
         case 128: launch("gdr_seq_kernel", gdr_seq_kernel<4>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg,
-                serial_max); break;
+                serial_max, GdrNormDev{}); break;
         case 256: launch("gdr_seq_kernel", gdr_seq_kernel<8>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg,
-                serial_max); break;
+                serial_max, GdrNormDev{}); break;
         default: fail(strfmt("CUDA delta rule: key head dim %d not supported (32, 64, 128, 256)", a.dk));
     }
     QINFER_CUDA_LAUNCHED("gated_delta_rule");

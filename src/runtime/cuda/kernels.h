@@ -276,6 +276,15 @@ void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max
 // Whether gated_delta_rule runs every segment on the token-serial kernel (the one
 // that can take l2_qk).
 bool gdr_all_serial(const DeltaArgs& a, int max_seg_len, GdrPath path = GdrPath::Auto);
+// A decode step's delta rule (one token per segment, d_v = 128) together with
+// rms_norm_gated of its output heads and that norm's quantization for the next
+// product (norm_quantize), in one launch: clusters of 2 x 4 blocks hold a pair
+// of value heads, whose first block applies the norm and quantizes the pair's
+// 256 elements. Bit-identical to the two launches. sm_90+ code only (else
+// gdr_norm_fits is false).
+bool gdr_norm_fits(const DeltaArgs& a, int max_seg_len, const NormJob& norm, const ActDest& q);
+void gated_delta_rule_norm(const DeltaArgs& a, const Segment* seg, int n_seg, const NormJob& norm, const ActDest& q,
+                           cudaStream_t s);
 
 // ---- sampling
 // ids[t] = argmax of row t (lowest index wins ties). logits rows of n, stride ld.
