@@ -102,6 +102,16 @@ inline ActOutPtrs act_out(const ActDest& q) {
                       const_cast<int16_t*>(v.bsum)};
 }
 
+// The quantize_span kind of an activation format: 1 Q8_0, 2 Q8_1, 3 Q8_K, 0 none.
+inline int qk_of(ActKind k) {
+    switch (k) {
+        case ActKind::Q8_0: return 1;
+        case ActKind::Q8_1: return 2;
+        case ActKind::Q8_K: return 3;
+        default: return 0;
+    }
+}
+
 // Quantizes the 256-element span of token row t starting at element k0 (a
 // multiple of 256) of a K-element row, from a warp's registers. Elements at or
 // past K must be passed as 0 (K is a multiple of the block size).

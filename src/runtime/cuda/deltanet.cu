@@ -649,10 +649,6 @@ bool gdr_clusters_usable() {
     return ok;
 }
 
-int qk_of_kind(ActKind k) {
-    return k == ActKind::Q8_0 ? 1 : k == ActKind::Q8_1 ? 2 : k == ActKind::Q8_K ? 3 : 0;
-}
-
 template <int KPL, int QK>
 void launch_gdr_norm(const DeltaArgs& a, const Segment* seg, int n_seg, const GdrNormDev& nd, cudaStream_t s) {
     cudaLaunchAttribute attr[2];
@@ -678,7 +674,7 @@ bool gdr_norm_fits(const DeltaArgs& a, int max_seg_len, const NormJob& norm, con
     return max_seg_len == 1 && a.dv == 128 && a.Hv % 2 == 0 && a.Hv % a.Hk == 0 &&
            (a.dk == 32 || a.dk == 64 || a.dk == 128 || a.dk == 256) && norm.op == NormOp::RmsGated && norm.w &&
            x.data == a.out && x.n == 128 && (x.n1 == 1 || x.s1 == 128) && (x.n2 == 1 || x.s2 == x.n1 * 128) &&
-           rows % a.Hv == 0 && q.T * a.Hv == rows && qk_of_kind(q.kind) != 0 && norm_quantize_fits(norm, q) &&
+           rows % a.Hv == 0 && q.T * a.Hv == rows && qk_of(q.kind) != 0 && norm_quantize_fits(norm, q) &&
            gdr_clusters_usable();
 }
 
@@ -694,7 +690,7 @@ void gated_delta_rule_norm(const DeltaArgs& a, const Segment* seg, int n_seg, co
     nd.eps = norm.eps;
     nd.q = act_out(q);
     nd.m = q.K / 128;
-    const int qk = qk_of_kind(q.kind);
+    const int qk = qk_of(q.kind);
     const auto go = [&](auto kpl) {
         constexpr int KPL = decltype(kpl)::value;
         if (qk == 1) launch_gdr_norm<KPL, 1>(a, seg, n_seg, nd, s);

@@ -513,10 +513,9 @@ __device__ __forceinline__ void rows_of_type(GgmlType type, const WArgs& w, int6
                                              int lane, float (&acc)[R]) {
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.f;
-    constexpr int RH = R > 1 ? R / 2 : 1;  // Q5_K / Q6_K rows per warp
-    if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, R, (R == 1 ? S : 1), MA>(w, row0, N, A, lane, acc);
-    else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, RH, R, (RH == 1 ? S : 1), MA>(w, row0, N, A, lane, acc);
-    else rows_lane<GgmlType::Q6_K, RH, R, (RH == 1 ? S : 1), MA>(w, row0, N, A, lane, acc);
+    if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, R, S, MA>(w, row0, N, A, lane, acc);
+    else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), R, S, MA>(w, row0, N, A, lane, acc);
+    else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), R, S, MA>(w, row0, N, A, lane, acc);
 }
 
 // The epilogue of rows [row0, row0 + rpw): warp sums, bias, residual, conv.
@@ -575,8 +574,9 @@ void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const 
     }
 }
 
-// Steps in flight per lane: two for long rows at one row per warp
-// (kLongRow); QINFER_CUDA_MV_STEPS=1 keeps one (A/B).
+// Steps in flight per lane (S > 1 only at one row per warp): two for long rows
+// (kLongRow). QINFER_CUDA_MV_STEPS=1 keeps one step everywhere, =2 gives every
+// one-row-per-warp product two (A/B runs).
 int steps_in_flight(int64_t K, int R) {
     static const int forced = env_int_of("QINFER_CUDA_MV_STEPS", {1, 2}, 0);
     if (forced == 1) return 1;

@@ -432,15 +432,6 @@ void copy_rows(Rows src, Rows dst, cudaStream_t s) {
 }
 
 namespace {
-int qk_of(ActKind k) {
-    switch (k) {
-        case ActKind::Q8_0: return 1;
-        case ActKind::Q8_1: return 2;
-        case ActKind::Q8_K: return 3;
-        default: return 0;
-    }
-}
-
 // Whether op rows r (n elements each) are exactly the quantization input of
 // `q`: K = m * n, and row t*m + j starts at q.x + t*ldx + j*n.
 bool rows_are_act_input(const Rows& r, const ActDest& q, int64_t m) {
