@@ -63,6 +63,13 @@ __device__ __forceinline__ uint16_t f2bf(float f) {
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
+// The RMS norm's factor for a row of n values whose squares sum to sum_sq, and
+// the gated norm's output (spec: y = norm(x) * w * silu(z)); every kernel that
+// normalises goes through these, so the fused forms round as the plain ones.
+__device__ __forceinline__ float rms_scale(float sum_sq, int64_t n, float eps) {
+    return 1.f / sqrtf(sum_sq / float(n) + eps);
+}
+__device__ __forceinline__ float rms_gated(float x, float scale, float w, float z) { return (x * scale) * w * silu(z); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 __device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 

@@ -252,10 +252,10 @@ __global__ void __launch_bounds__(W * WARP)
                 ss = fmaf(v[i], v[i], ss);
             }
             for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            const float sc = 1.f / sqrtf(ss / float(DV) + nd.eps);
+            const float sc = rms_scale(ss, DV, nd.eps);
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
-                v[i] = (v[i] * sc) * nd.w[k0 + i] * silu(zr[k0 + i]);
+                v[i] = rms_gated(v[i], sc, nd.w[k0 + i], zr[k0 + i]);
                 yr[k0 + i] = v[i];
             }
             quantize_span<QK>(v, lane, nd.q, rp / nd.m, nd.m * DV, (rp % nd.m) * DV, true);

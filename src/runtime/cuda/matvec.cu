@@ -763,7 +763,7 @@ __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
         if (lane == 0) red[wib] = ss;
         __syncthreads();
         ss = warp_sum(lane < nwb ? red[lane] : 0.f);
-        const float sc = 1.f / sqrtf(ss / float(f.E) + f.eps);
+        const float sc = rms_scale(ss, f.E, f.eps);
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] = (v[i] * sc) * wv[i];
         if (blockIdx.x == 0) {

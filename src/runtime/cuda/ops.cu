@@ -45,10 +45,10 @@ __global__ void norm_kernel(Rows x, Rows z, const float* __restrict__ w, float e
     ss = WARP_PER_ROW ? warp_sum(ss) : block_sum(ss, red);
     float s;
     if (KIND == NormKind::L2) s = 1.f / fmaxf(sqrtf(ss), eps);
-    else s = 1.f / sqrtf(ss / float(n) + eps);
+    else s = rms_scale(ss, n, eps);
     if (KIND == NormKind::RmsGated) {
         const float* zr = row_ptr(z, r);
-        for (int64_t i = tid; i < n; i += width) yr[i] = (xr[i] * s) * w[i] * silu(zr[i]);
+        for (int64_t i = tid; i < n; i += width) yr[i] = rms_gated(xr[i], s, w[i], zr[i]);
     } else if (KIND == NormKind::Rms) {
         for (int64_t i = tid; i < n; i += width) yr[i] = (xr[i] * s) * w[i];
     } else {
@@ -173,10 +173,10 @@ __global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNo
     }
     float s;
     if (KIND == NormKind::L2) s = 1.f / fmaxf(sqrtf(ss), a.eps);
-    else s = 1.f / sqrtf(ss / float(x.n) + a.eps);
+    else s = rms_scale(ss, x.n, a.eps);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        if (KIND == NormKind::RmsGated) v[i] = (v[i] * s) * wv[i] * silu(zv[i]);
+        if (KIND == NormKind::RmsGated) v[i] = rms_gated(v[i], s, wv[i], zv[i]);
         else if (KIND == NormKind::Rms) v[i] = (v[i] * s) * wv[i];
         else v[i] = v[i] * s;
     }
