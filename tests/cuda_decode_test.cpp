@@ -249,6 +249,7 @@ struct AttnRun {
     const Cache& c;
     int64_t n_head, T;
     int max_seg;  // the most tokens of one sequence (decode: 1)
+    bool early = true;  // the split kernel loads the rows below pos + 1 - max_seg before its wait
     Dev dq, dout, dpos, dslot, work;
     AttnRun(const Cache& c_, int64_t n_head_, int64_t T_, int max_seg_ = 1)
         : c(c_), n_head(n_head_), T(T_), max_seg(max_seg_), dq(size_t(T * n_head * c.d) * 4),
@@ -268,7 +269,7 @@ struct AttnRun {
     }
     void launch(float scale, cudaStream_t s) const {
         cuda::attention(q_rows(), c.view(), dpos.as<int32_t>(), dslot.as<int32_t>(), T, scale, dout.as<float>(),
-                        work.p, max_seg, s);
+                        work.p, max_seg, s, nullptr, 0, early ? max_seg : 0);
     }
     std::vector<float> run(const std::vector<float>& q, const std::vector<int32_t>& pos,
                            const std::vector<int32_t>& slot, float scale) {
@@ -333,6 +334,12 @@ TEST_P(CudaDecodeAttention, MatchesReferenceAtShortAndLongContexts) {
                 const std::vector<float> got = r1.run(q, {int32_t(n - 1)}, {s}, scale);
                 const std::vector<float> ref = ref_attention(c, q, n_head, {int32_t(n - 1)}, {s}, scale);
                 EXPECT_LT(rel_err(ref, got), 2e-5) << "n_ctx " << n_ctx << " n " << n << " slot " << s;
+                // rows loaded before the kernel's wait or after it: the same bits
+                r1.early = false;
+                const std::vector<float> late = r1.run(q, {int32_t(n - 1)}, {s}, scale);
+                r1.early = true;
+                EXPECT_EQ(std::memcmp(late.data(), got.data(), got.size() * 4), 0)
+                    << "n_ctx " << n_ctx << " n " << n << " slot " << s;
             }
         }
         // several tokens in one call (decode of a few sequences / speculative),

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <thread>
@@ -304,6 +305,19 @@ TEST(CudaDeltaNetPrefill, SerialAndChunkedKernelsAtModelShapes) {
             CU(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost));
             CU(cudaMemcpy(S.data(), dS.p, S.size() * 4, cudaMemcpyDeviceToHost));
             const double eo = max_err(out_ref, out), es = max_err(S_ref, S);
+            if (pi == 0) {  // the state loaded before the kernel's wait: the same bits
+                cuda::DeltaArgs pe = p;
+                pe.state_early = true;
+                CU(cudaMemcpy(dS.p, S0.data(), S0.size() * 4, cudaMemcpyHostToDevice));
+                CU(cudaMemset(dout.p, 0xFF, out_ref.size() * 4));
+                cuda::gated_delta_rule(pe, dseg, 1, T, nullptr, paths[pi]);
+                CU(cudaDeviceSynchronize());
+                std::vector<float> out_e(out.size()), S_e(S.size());
+                CU(cudaMemcpy(out_e.data(), dout.p, out_e.size() * 4, cudaMemcpyDeviceToHost));
+                CU(cudaMemcpy(S_e.data(), dS.p, S_e.size() * 4, cudaMemcpyDeviceToHost));
+                EXPECT_EQ(std::memcmp(out_e.data(), out.data(), out.size() * 4), 0) << "early state, T=" << T;
+                EXPECT_EQ(std::memcmp(S_e.data(), S.data(), S.size() * 4), 0) << "early state, T=" << T;
+            }
             // timing: the state is reset before each run, outside the timed range
             const int reps = T >= 4096 ? 3 : 10;
             float total = 0;

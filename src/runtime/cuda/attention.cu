@@ -200,7 +200,7 @@ int launch_d(GgmlType type, const AttnArgs& a, int T, int n_kv, int ns, cudaStre
 }  // namespace
 
 void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale, float* out,
-               void* work, int max_seg_len, cudaStream_t s, const Segment* seg, int n_seg) {
+               void* work, int max_seg_len, cudaStream_t s, const Segment* seg, int n_seg, int fresh) {
     if (T == 0) return;
     // Steps with a prompt chunk of kPrefillMinSegment tokens or more: the
     // tensor-core kernel where it applies (QINFER_CUDA_ATTN_PREFILL=0: the
@@ -229,6 +229,7 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     a.scale = scale;
     a.out = out;
     a.work = static_cast<float*>(work);
+    a.fresh = fresh;
     // the work buffer is sized for attention_splits(); the launch may use fewer
     const int ns_cap = attention_splits(T, kv.n_ctx, max_seg_len);
     if (ns_cap > 1 && !work) fail("CUDA attention: no work buffer for split attention");

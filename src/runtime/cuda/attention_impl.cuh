@@ -21,6 +21,11 @@ struct AttnArgs {
     float* out;              // [T][n_head][d]
     float* work;             // split partials [T][n_head][n_split][d + ATTN_PART_HDR]: m, l, -, -, acc[d]
     int n_split;             // splits launched (from the cache capacity)
+    // Tokens per sequence in this step at most: a token at position p reads
+    // rows that this step writes only at p + 1 - fresh and above; rows below
+    // were written by earlier steps (kv_store kernels or copies, all finished
+    // before this step's first kernel). 0: every row may be this step's.
+    int fresh;
 };
 
 constexpr int ATTN_THREADS = 128;
@@ -65,7 +70,7 @@ __device__ __forceinline__ int attn_splits_used(int n, int ns) {
 // and its kv head's first K and V rows (row stride n_kv * D elements).
 // ROW: bytes of one kv head's cached row (row stride n_kv * ROW bytes).
 struct AttnSplitWork {
-    int j0, j1, nu;
+    int n, j0, j1, nu;
     const unsigned char* K;
     const unsigned char* V;
 };
@@ -74,6 +79,7 @@ template <int ROW> __device__ __forceinline__ AttnSplitWork attn_split_work(cons
     const int n = a.pos[t] + 1;
     const int chunk = attn_chunk(n, a.n_split);
     AttnSplitWork w;
+    w.n = n;
     w.nu = (n + chunk - 1) / chunk;
     w.j0 = split * chunk;
     w.j1 = min(n, w.j0 + chunk);
@@ -340,11 +346,13 @@ template <int D> struct MmaKvF16 {
     static constexpr int TILE = TK * ROW;
     static constexpr int KSTEPS = D / 16;
 
-    // Keys [jt, jt + TK) of one kv head (`src`: its row 0, `stride` bytes apart).
-    __device__ static void load(unsigned char* tile, const unsigned char* src, int64_t stride, int jt, int nk) {
+    // Keys [jt + r0, jt + r1) of one kv head (`src`: its row 0, `stride` bytes
+    // apart) into tile rows [r0, r1); rows at or past nk are zero-filled.
+    __device__ static void load(unsigned char* tile, const unsigned char* src, int64_t stride, int jt, int nk,
+                                int r0 = 0, int r1 = TK) {
         constexpr int CPR = D / 8;  // 16-byte chunks per row
         __half* t = reinterpret_cast<__half*>(tile);
-        for (int i = threadIdx.x; i < TK * CPR; i += ATTN_THREADS) {
+        for (int i = threadIdx.x + r0 * CPR; i < r1 * CPR; i += ATTN_THREADS) {
             const int r = i / CPR, c = i % CPR;
             const bool valid = r < nk;
             cp_async16(t + swz<D>(r, c), src + int64_t(jt + (valid ? r : 0)) * stride + c * 16, valid);
@@ -402,9 +410,10 @@ template <int D> struct MmaKvQ8 {
     static constexpr int CP = ROW % 16 == 0 ? 16 : (ROW % 8 == 0 ? 8 : 4);  // cp.async size (272, 136, 68 B)
     static_assert(D % 32 == 0 && TILE % 16 == 0, "q8_0 tile");
 
-    __device__ static void load(unsigned char* tile, const unsigned char* src, int64_t stride, int jt, int nk) {
+    __device__ static void load(unsigned char* tile, const unsigned char* src, int64_t stride, int jt, int nk,
+                                int r0 = 0, int r1 = TK) {
         constexpr int CPR = ROW / CP;
-        for (int i = threadIdx.x; i < TK * CPR; i += ATTN_THREADS) {
+        for (int i = threadIdx.x + r0 * CPR; i < r1 * CPR; i += ATTN_THREADS) {
             const int r = i / CPR, c = i % CPR;
             const bool valid = r < nk;
             const unsigned char* from = src + int64_t(jt + (valid ? r : 0)) * stride + c * CP;
@@ -521,7 +530,7 @@ template <int D> struct MmaKvQ8 {
 // Heads >= G get q = 0 and are not written.
 template <int D, int GT, typename Fmt>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a) {
-    pdl_enter();
+    pdl_launch_dependents();
     constexpr int TK = Fmt::TK;
     constexpr int NW = ATTN_THREADS / WARP;
     constexpr int KSTEPS = D / 16;             // score k-steps over the head dim
@@ -544,13 +553,25 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
     const int G = a.group;
     const int n_head = a.n_kv * G;
     const int ns = a.n_split;
+    // pos and slot are copied in before the step's first kernel: readable before the wait
     const AttnSplitWork sw = attn_split_work<Fmt::ROW>(a);
     const int j0 = sw.j0, j1 = sw.j1, nu = sw.nu;
     if (j0 >= j1) return;  // a split past the context (block-uniform)
     const int64_t row_stride = int64_t(a.n_kv) * Fmt::ROW;  // bytes
-    Fmt::load(ks, sw.K, row_stride, j0, min(TK, j1 - j0));
+    // The first tile's rows that earlier steps wrote start loading before the
+    // wait, while the kernels before this one (q / k norms, rope, the store of
+    // this step's rows) finish: the cache stream starts without waiting for
+    // them. The rest follows the wait. K's group holds the early V rows too.
+    const int nk0 = min(TK, j1 - j0);
+    const int early = a.fresh > 0 ? max(0, min(nk0, sw.n - a.fresh - j0)) : 0;
+    if (early > 0) {
+        Fmt::load(ks, sw.K, row_stride, j0, nk0, 0, early);
+        Fmt::load(vs, sw.V, row_stride, j0, nk0, 0, early);
+    }
+    pdl_wait();
+    Fmt::load(ks, sw.K, row_stride, j0, nk0, early, TK);
     cp_async_commit();
-    Fmt::load(vs, sw.V, row_stride, j0, min(TK, j1 - j0));
+    Fmt::load(vs, sw.V, row_stride, j0, nk0, early, TK);
     cp_async_commit();
 
     // q of head `grp` as the scores' B fragments (b0: d = 16 k + 2 quad, +1;

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <unordered_map>
+#include <utility>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -464,11 +466,13 @@ void CudaBackend::write(const Tensor& dst, const void* src, size_t bytes, size_t
         pending_.push_back(std::move(op));
     }
     wrote(dst);
+    chain_break();
 }
 
 void CudaBackend::read(const Tensor& src, void* dst, size_t bytes, size_t offset) {
     check_ours(src, "read");
     if (in_keyed_) fail("CUDA: read() inside a recorded step");
+    chain_break();
     flush();
     if (bytes == 0) return;
     QINFER_CUDA_CHECK(cudaMemcpyAsync(dst, static_cast<const uint8_t*>(src.data) + offset, bytes,
@@ -483,9 +487,11 @@ void CudaBackend::fill_zero(const Tensor& t) {
     sig(uint32_t(0x46), p, n);
     enqueue([=, s = stream_] { QINFER_CUDA_CHECK(cudaMemsetAsync(p, 0, n, s)); });
     wrote(t);
+    chain_break();
 }
 
 void CudaBackend::synchronize() {
+    chain_break();
     flush();
     QINFER_CUDA_CHECK(cudaStreamSynchronize(upload_stream_));
     QINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -500,6 +506,15 @@ void CudaBackend::copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offs
         QINFER_CUDA_CHECK(cudaMemcpyAsync(base + dst_offset, base + src_offset, bytes, cudaMemcpyDeviceToDevice, s));
     });
     wrote(t);
+    chain_break();
+}
+
+bool CudaBackend::written_in_chain(const void* p) const {
+    return std::find(chain_written_.begin(), chain_written_.end(), p) != chain_written_.end();
+}
+
+void CudaBackend::chain_wrote(const void* p) {
+    if (!written_in_chain(p)) chain_written_.push_back(p);
 }
 
 void CudaBackend::check_ours(const Tensor& t, const char* op) const {
@@ -851,6 +866,7 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
         const Rows sr = rows_of(src, "copy"), dr = rows_of(dst, "copy");
         sig(uint32_t(9), sr, dr);
         enqueue([=, s = stream_] { cuda::copy_rows(sr, dr, s); });
+        chain_wrote(dst.data);
     } else {
         if (src.type != dst.type || !src.is_contiguous() || !dst.is_contiguous() || src.nbytes() != dst.nbytes())
             fail(strfmt("CUDA copy %s -> %s: types or layouts differ", src.name, dst.name));
@@ -859,6 +875,7 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
         const size_t n = src.nbytes();
         sig(uint32_t(10), d, sp, n);
         enqueue([=, s = stream_] { QINFER_CUDA_CHECK(cudaMemcpyAsync(d, sp, n, cudaMemcpyDeviceToDevice, s)); });
+        chain_break();
     }
     wrote(dst);
 }
@@ -878,6 +895,28 @@ void CudaBackend::rope_neox(const Tensor& x, const StepInfo& step, int n_rot, fl
     }
     wrote(x);
 }
+
+namespace {
+// cuda::attention's `fresh`: the widest span of positions one slot has in the
+// step (rows below a token's position + 1 - fresh were written by earlier
+// steps). 0 with QINFER_CUDA_ATTN_EARLY=0: the split kernel loads nothing
+// before it waits (A/B).
+int fresh_rows(const StepInfo& step) {
+    static const bool early = env_int("QINFER_CUDA_ATTN_EARLY", 0, 1, 1) != 0;
+    if (!early) return 0;
+    std::unordered_map<int32_t, std::pair<int32_t, int32_t>> span;  // slot -> lowest, highest position
+    for (size_t t = 0; t < step.pos.size() && t < size_t(step.n_tokens); ++t) {
+        const auto [it, added] = span.try_emplace(step.slot[t], step.pos[t], step.pos[t]);
+        if (!added) {
+            it->second.first = std::min(it->second.first, step.pos[t]);
+            it->second.second = std::max(it->second.second, step.pos[t]);
+        }
+    }
+    int fresh = 0;
+    for (const auto& [slot, lh] : span) fresh = std::max(fresh, lh.second - lh.first + 1);
+    return fresh;
+}
+}  // namespace
 
 bool CudaBackend::supports_kv_type(GgmlType t) const {
     return t == GgmlType::F16 || t == GgmlType::F32 || t == GgmlType::Q8_0;
@@ -911,18 +950,22 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     const int32_t* pos = static_cast<const int32_t*>(step.pos_t.data);
     const int32_t* slot = static_cast<const int32_t*>(step.slot_t.data);
     const Rows qr = rows_of(q, "attention"), kr = rows_of(k, "attention"), vr = rows_of(v, "attention");
-    const int max_len = step.max_segment_len();
+    // rows of earlier steps load early only where no kernel of the chain wrote the cache
+    const bool cache_before_chain = !written_in_chain(kv.k) && !written_in_chain(kv.v);
+    const int max_len = step.max_segment_len(), fresh = cache_before_chain ? fresh_rows(step) : 0;
     const cuda::Segment* seg = static_cast<const cuda::Segment*>(step.seg_t.data);
     const int n_seg = int(step.segments.size());
     const size_t wb = cuda::attention_work_bytes(T, n_head, d, kv.n_ctx, max_len);
     void* work = wb ? scratch(attn_work_, wb, "attention") : nullptr;
     float* op = static_cast<float*>(out.data);
     sig(uint32_t(12), qr, kr, vr, kv.k, kv.v, kv.type, d, n_kv, kv.n_ctx, kv.n_slots, pos, slot, T, scale, op, work,
-        max_len, seg, n_seg);
+        max_len, seg, n_seg, fresh);
     enqueue([=, s = stream_] {
         cuda::kv_store(kr, vr, kv, pos, slot, T, s);
-        cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s, seg, n_seg);
+        cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s, seg, n_seg, fresh);
     });
+    chain_wrote(kv.k);
+    chain_wrote(kv.v);
     wrote(cache.k);
     wrote(cache.v);
     wrote(out);
@@ -996,6 +1039,8 @@ void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tenso
     p.dv = int(dv);
     p.Hk = int(Hk);
     p.Hv = int(Hv);
+    p.state_early = !written_in_chain(p.S);  // written by an earlier chain: loads before the wait
+    chain_wrote(p.S);
     const int max_len = step.max_segment_len();
     const int n_seg = int(step.segments.size());
     const cuda::Segment* seg = static_cast<const cuda::Segment*>(step.seg_t.data);

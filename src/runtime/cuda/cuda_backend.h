@@ -104,12 +104,21 @@ private:
     // while x was not written since.
     cuda::ActQ activations(GgmlType wt, const Tensor& x, int64_t K, int64_t T);
     void wrote(const Tensor& t);  // an op wrote t: drop cached activations that overlap it
+    // The kernel chain: kernels queued since the last copy, memset or
+    // synchronization run under programmatic dependent launch, so a kernel's
+    // start may overlap the kernels before it in the chain, never what came
+    // before the chain. A KV cache or recurrent state that no kernel of the
+    // chain wrote may be loaded before the reader's wait (tensors by address).
+    bool written_in_chain(const void* p) const;
+    void chain_wrote(const void* p);
+    void chain_break() { chain_written_.clear(); }
     void tag_norm(const cuda::NormJob& j);  // the op just queued is this norm (for fusion at flush)
     void check_ours(const Tensor& t, const char* op) const;
     void print_load_stats_once();
 
     int device_ = 0;
     std::string name_;
+    std::vector<const void*> chain_written_;  // caches and states written in the chain (a few per layer)
     cudaStream_t stream_ = nullptr;
     cudaStream_t upload_stream_ = nullptr;
     void* cublas_ = nullptr;  // cublasHandle_t

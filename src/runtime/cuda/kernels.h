@@ -234,9 +234,14 @@ size_t attention_work_bytes(int64_t T, int64_t n_head, int64_t d, int64_t max_ct
 // default / QINFER_CUDA_ATTN_SPLIT_T). For tests and A/B runs.
 void set_attention_split_max_tokens(int t);
 // With the step's segments (device array, n_seg of them), prompt steps take
-// attention_prefill (below) where it applies.
+// attention_prefill (below) where it applies. fresh > 0: a token at position p
+// finds the rows of its slot below p + 1 - fresh written before the kernel chain
+// that this launch joins began (fresh >= the most tokens of one slot in the
+// step, whose rows kv_store writes just before), so the tensor-core split kernel
+// starts loading them before it waits on the kernels before it. 0: it waits first.
 void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale,
-               float* out, void* work, int max_seg_len, cudaStream_t s, const Segment* seg = nullptr, int n_seg = 0);
+               float* out, void* work, int max_seg_len, cudaStream_t s, const Segment* seg = nullptr, int n_seg = 0,
+               int fresh = 0);
 // The same attention for prompt steps on the tensor cores (attention_prefill.cu):
 // tokens given as segments (device array of n_seg, contiguous runs of one
 // sequence in batch order; token first + i at position pos0 + i of slot). Q and
@@ -265,6 +270,10 @@ struct DeltaArgs {
     // DeltaNet layer in decode. Only where gdr_normalizes_fits.
     bool l2_qk = false;
     float l2_eps = 0.f;
+    // The state was last written before the kernel chain that this launch joins
+    // began (by a copy, or by a kernel followed by a copy or a synchronization):
+    // the token-serial kernel loads it before it waits on the kernels before it.
+    bool state_early = false;
 };
 // Token-serial kernel (decode, short segments) or chunked kernel (prompts); Auto
 // picks by max_seg_len unless QINFER_CUDA_GDR=serial|chunked says otherwise.
