@@ -21,10 +21,9 @@ struct AttnArgs {
     float* out;              // [T][n_head][d]
     float* work;             // split partials [T][n_head][n_split][d + ATTN_PART_HDR]: m, l, -, -, acc[d]
     int n_split;             // splits launched (from the cache capacity)
-    // Tokens per sequence in this step at most: a token at position p reads
-    // rows that this step writes only at p + 1 - fresh and above; rows below
-    // were written by earlier steps (kv_store kernels or copies, all finished
-    // before this step's first kernel). 0: every row may be this step's.
+    // A token at position p may find rows at p + 1 - fresh and above written by
+    // the kernels before this one (this step's kv_store); rows below were written
+    // before the kernel chain began (cuda::attention in kernels.h). 0: any row may be.
     int fresh;
 };
 
@@ -553,7 +552,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
     const int G = a.group;
     const int n_head = a.n_kv * G;
     const int ns = a.n_split;
-    // pos and slot are copied in before the step's first kernel: readable before the wait
+    // pos and slot are copied in before the step's kernels: readable before the wait
     const AttnSplitWork sw = attn_split_work<Fmt::ROW>(a);
     const int j0 = sw.j0, j1 = sw.j1, nu = sw.nu;
     if (j0 >= j1) return;  // a split past the context (block-uniform)

@@ -9,8 +9,12 @@
 // The contract for a kernel started with launch(): it calls pdl_wait() before
 // it reads anything an earlier kernel wrote or writes anything an earlier
 // kernel may still read. Before the wait it may only read what no kernel
-// writes (weights). Kernels started with <<<>>> are fully ordered as before,
-// so kernels can move to launch() one at a time.
+// writes (weights), what copies wrote before the step's kernels (positions,
+// slots, segments), and data the backend vouches for: a KV cache or recurrent
+// state that no kernel of the current chain wrote (CudaBackend::written_in_chain;
+// the chain is the kernels since the last copy, memset or synchronization,
+// which all completed before it). Kernels started with <<<>>> are fully
+// ordered as before, so kernels can move to launch() one at a time.
 #pragma once
 #include <cuda_runtime.h>
 
