@@ -547,6 +547,83 @@ TEST(CudaMatvecMulti, DependentChainWithoutSync) {
     ASSERT_TRUE(same_bits(get(y, size_t(N)), yref[(steps - 1) % 2]));
 }
 
+// The rms_norm + Q8_K quantization done by every block of the products
+// (matmul_vec_multi's norm) against norm_quantize and then the products: the
+// same product outputs, residual sums, norm output and quantized bytes, bit for
+// bit; row lengths of 4, 10 and 16 spans over 4-warp blocks (some warps take
+// two or three spans), a mixed batch with the residual on its second job.
+TEST(CudaMatvecNormFirst, EqualsNormQuantizeThenProducts) {
+    REQUIRE_GPU();
+    VariantGuard guard;
+    cuda::set_matvec_variant(3);
+    for (int64_t E : {1024, 2560, 4096}) {
+        SCOPED_TRACE(testing::Message() << "E " << E);
+        const int64_t N0 = 1000, N1 = 257;
+        const GpuWeight w0 = make_weight(GgmlType::Q4_K, E, N0, 41), w1 = make_weight(GgmlType::Q6_K, E, N1, 42);
+        std::vector<float> x = random_x(E, 43), nw(size_t(E)), res(size_t(N1));
+        Rng r(44);
+        for (float& v : x) v *= 3.f;
+        for (float& v : nw) v = 1.f + 0.3f * r.normal();
+        for (float& v : res) v = r.normal();
+        const cuda::ActKind kind = cuda::ActKind::Q8_K;
+        const size_t act_bytes = cuda::act_bytes(kind, E, 1);
+        DevBuf dx(size_t(E) * 4), dnw(size_t(E) * 4), h(size_t(E) * 4), buf(act_bytes), y0(size_t(N0) * 4),
+            y1(size_t(N1) * 4), dres(size_t(N1) * 4), res_out(size_t(N1) * 4);
+        CU(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dnw.p, nw.data(), nw.size() * 4, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(dres.p, res.data(), res.size() * 4, cudaMemcpyHostToDevice));
+        cuda::NormJob norm;
+        norm.op = cuda::NormOp::Rms;
+        norm.x = cuda::Rows{dx.f(), E, 1, 1, E, E};
+        norm.y = cuda::Rows{h.f(), E, 1, 1, E, E};
+        norm.w = dnw.f();
+        norm.eps = 1e-6f;
+        cuda::ActDest dest;
+        dest.kind = kind;
+        dest.x = h.f();
+        dest.ldx = E;
+        dest.K = E;
+        dest.T = 1;
+        dest.buf = buf.p;
+        const cuda::ActQ act = cuda::act_view(kind, buf.p, h.f(), E, 1);
+        cuda::MatvecJob jobs[2];
+        jobs[0].w = w0.dw();
+        jobs[0].y = y0.f();
+        jobs[0].ldy = N0;
+        jobs[1].w = w1.dw();
+        jobs[1].y = y1.f();
+        jobs[1].ldy = N1;
+        jobs[1].res = dres.f();
+        jobs[1].res_out = res_out.f();
+        jobs[1].ld_res = jobs[1].ld_res_out = N1;
+        ASSERT_TRUE(cuda::norm_quantize_fits(norm, dest));
+        ASSERT_TRUE(cuda::norm_first_fits(jobs, 2, act, 1, norm, dest));
+        std::vector<float> out[2][4];
+        std::vector<uint8_t> q[2];
+        for (int fused : {0, 1}) {
+            for (const DevBuf* b : {&h, &buf, &y0, &y1, &res_out}) poison(*b);
+            if (fused) {
+                cuda::matmul_vec_multi(jobs, 2, act, 1, nullptr, &norm, &dest);
+            } else {
+                cuda::norm_quantize(norm, dest, nullptr);
+                cuda::matmul_vec_multi(jobs, 2, act, 1, nullptr);
+            }
+            CU(cudaDeviceSynchronize());
+            out[fused][0] = get(y0, size_t(N0));
+            out[fused][1] = get(y1, size_t(N1));
+            out[fused][2] = get(res_out, size_t(N1));
+            out[fused][3] = get(h, size_t(E));
+            q[fused].resize(act_bytes);
+            CU(cudaMemcpy(q[fused].data(), buf.p, act_bytes, cudaMemcpyDeviceToHost));
+        }
+        const char* what[4] = {"Q4_K product", "Q6_K product", "residual sum", "norm output"};
+        for (int k = 0; k < 4; ++k)
+            EXPECT_TRUE(same_bits(out[0][k], out[1][k])) << what[k] << " at " << first_diff(out[0][k], out[1][k]);
+        EXPECT_EQ(q[0], q[1]) << "quantized activations";
+        expect_near_cpu(out[0][0], w0, out[0][3], nullptr, 0, N0, "products after the norm");
+    }
+}
+
 // A one-token conv riding in the products' epilogue (ConvAfter) against the
 // products and then conv1d_silu: the same conv output, state and product
 // outputs, bit for bit; the second of two jobs, a nonzero slot, K = 4 and 2.
