@@ -825,7 +825,6 @@ __device__ __forceinline__ void ffn_rows(const MvJobDev& j, int64_t row0, const 
 template <int TG, int TD, int R, int RD>
 __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
     extern __shared__ int4 ffn_smem[];
-    __shared__ float red[32];
     const int lane = threadIdx.x % WARP, wib = threadIdx.x / WARP, nwb = blockDim.x / WARP;
     const int kmax = max(f.E, f.F);
     PhaseClock clk(f.clocks);
@@ -841,34 +840,9 @@ __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
     pdl_wait();
     clk.mark(1);
 
-    // rms_norm + quantization: lane holds elements 256 wib + 8 lane + [0, 8)
+    // rms_norm + quantization (a warp per 256-element span)
     SmemAct sa(ffn_smem, kmax);
-    {
-        const int k0 = 256 * wib + 8 * lane;
-        float v[8], wv[8];
-        const float4 x0 = *reinterpret_cast<const float4*>(f.x + k0), x1 = *reinterpret_cast<const float4*>(f.x + k0 + 4);
-        const float4 w0 = *reinterpret_cast<const float4*>(f.norm_w + k0),
-                     w1 = *reinterpret_cast<const float4*>(f.norm_w + k0 + 4);
-        v[0] = x0.x; v[1] = x0.y; v[2] = x0.z; v[3] = x0.w; v[4] = x1.x; v[5] = x1.y; v[6] = x1.z; v[7] = x1.w;
-        wv[0] = w0.x; wv[1] = w0.y; wv[2] = w0.z; wv[3] = w0.w; wv[4] = w1.x; wv[5] = w1.y; wv[6] = w1.z; wv[7] = w1.w;
-        float ss = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) ss = fmaf(v[i], v[i], ss);
-        for (int o = WARP / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) red[wib] = ss;
-        __syncthreads();
-        ss = warp_sum(lane < nwb ? red[lane] : 0.f);
-        const float sc = rms_scale(ss, f.E, f.eps);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = (v[i] * sc) * wv[i];
-        if (blockIdx.x == 0) {
-            *reinterpret_cast<float4*>(f.h + k0) = make_float4(v[0], v[1], v[2], v[3]);
-            *reinterpret_cast<float4*>(f.h + k0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
-            quantize_span<3>(v, lane, f.act_h, 0, f.E, 256 * wib, true);
-        }
-        quantize_span<3>(v, lane, ActOutPtrs{sa.qs, sa.d, nullptr, sa.bsum}, 0, f.E, 256 * wib, true);
-        __syncthreads();
-    }
+    norm_first_block(NormFirstDev{f.x, f.norm_w, f.eps, f.E, f.h, f.act_h}, sa);
     clk.mark(2);
 
     const int W = int(gridDim.x) * nwb, w0 = int(blockIdx.x) * nwb + wib;
