@@ -560,7 +560,7 @@ TEST(CudaMatvecNormFirst, EqualsNormQuantizeThenProducts) {
         SCOPED_TRACE(testing::Message() << "E " << E);
         const int64_t N0 = 1000, N1 = 257;
         const GpuWeight w0 = make_weight(GgmlType::Q4_K, E, N0, 41), w1 = make_weight(GgmlType::Q6_K, E, N1, 42);
-        std::vector<float> x = random_x(E, 43), nw(size_t(E)), res(size_t(N1));
+        std::vector<float> x = random_x(E, 43), nw(static_cast<size_t>(E)), res(static_cast<size_t>(N1));
         Rng r(44);
         for (float& v : x) v *= 3.f;
         for (float& v : nw) v = 1.f + 0.3f * r.normal();
