@@ -1206,9 +1206,6 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
         std::function<void()> f;
         ~ReleaseOnExit() { f(); }
     } release_on_exit{[&] { if (prof) release(); }};
-    // A norm + quantization whose products come next: those products' blocks
-    // compute it (matmul_vec_multi's norm), else it runs on its own before them.
-    const PendingOp* norm_first = nullptr;  // the norm; the quantization follows it
     for (size_t i = 0; i < n;) {
         const PendingOp& op = pending_[i];
         if (op.payload < 0 && !skip_ops_.empty() &&
@@ -1314,12 +1311,6 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
                 return is(k, PendingOp::Norm) && is(k + 1, PendingOp::Rope) &&
                        cuda::norm_rope_fits(pending_[k].norm, nullptr, pending_[k + 1].rope, nullptr);
             };
-            if (op.kind == PendingOp::Norm && fuse_ && skip_ops_.empty() && quant_at(i) && !pair_rope_at(i) &&
-                is(i + 2, PendingOp::Matvec) && pending_[i + 2].T == 1) {
-                norm_first = &op;
-                i += 2;
-                continue;
-            }
             size_t used = 0;
             if (pair_rope_at(i)) used = 4;
             else if (quant_at(i) || one_rope_at(i)) used = 2;
@@ -1389,32 +1380,15 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
                     break;
                 }
         }
-        const cuda::NormJob* nf = nullptr;
-        const cuda::ActDest* nf_dest = nullptr;
-        if (norm_first) {
-            const PendingOp& quant = norm_first[1];
-            if (cuda::norm_first_fits(jobs, nj, op.act, op.T, norm_first->norm, quant.dest)) {
-                nf = &norm_first->norm;
-                nf_dest = &quant.dest;
-                fused_producers_ += 2;
-            } else {
-                if (prof) before("fused: " + norm_first->label + " + " + quant.label);
-                cuda::norm_quantize(norm_first->norm, quant.dest, stream_);
-                after();
-                ++fused_producers_;
-            }
-        }
         if (prof) {
-            std::string label = nj > 1 || residual || !conv_label.empty() || nf ? "fused:" : "";
-            if (nf) label += " " + norm_first->label + " + " + norm_first[1].label + " +";
+            std::string label = nj > 1 || residual || !conv_label.empty() ? "fused:" : "";
             for (size_t k = i; k < i + size_t(nj); ++k) label += (k > i ? " + " : " ") + pending_[k].label;
             if (residual) label += " + add";
             label += conv_label;
             before(label);
         }
-        norm_first = nullptr;
-        if (nj == 1 && !residual && conv_label.empty() && !nf) op.run();
-        else cuda::matmul_vec_multi(jobs, nj, op.act, op.T, stream_, nf, nf_dest);
+        if (nj == 1 && !residual && conv_label.empty()) op.run();
+        else cuda::matmul_vec_multi(jobs, nj, op.act, op.T, stream_);
         after();
         i = j;
     }

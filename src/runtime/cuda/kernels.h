@@ -87,18 +87,7 @@ struct MatvecJob {
     ConvAfter conv;
 };
 constexpr int kMaxMatvecJobs = 4;
-struct NormJob;
-struct ActDest;
-// norm / dest: the activations are norm_quantize(*norm, *dest) of the step's
-// one token, computed by every block of the products into its shared memory
-// instead of by a launch before (block 0 also writes norm->y and dest for later
-// readers): bit-identical, one launch fewer. Only where norm_first_fits (an
-// rms_norm of one row of <= 8191 floats quantized to Q8_K, K-quant products of
-// that row). QINFER_CUDA_NORM_FIRST=0: never (A/B).
-void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s,
-                      const NormJob* norm = nullptr, const ActDest* dest = nullptr);
-bool norm_first_fits(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, const NormJob& norm,
-                     const ActDest& dest);
+void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s);
 bool matvec_multi_supports(GgmlType t);
 // Whether the products of a one-token batch run where a ConvAfter can ride along.
 bool conv_after_fits(const MatvecJob* jobs, int n_jobs, int64_t T);

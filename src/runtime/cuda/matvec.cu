@@ -45,9 +45,7 @@ namespace {
 constexpr int MMV_WARPS = 4;  // rows per block
 
 bool rows_kernel_supports(GgmlType t);
-struct NormFirstDev;
-void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s,
-                 const NormFirstDev* nf = nullptr);
+void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s);
 
 WArgs wargs(const DeviceWeight& w) {
     WArgs a;
@@ -299,100 +297,6 @@ struct MvBatch {
     int n;
 };
 
-// The quantized activations of one token row of up to kmax elements (a
-// multiple of 256) in shared memory: quants, block scales, 16-element sums,
-// each section 16-byte aligned (the product kernels load them 8 and 16 bytes
-// at a time).
-__host__ __device__ constexpr int smem_act_d_at(int kmax) { return kmax; }
-__host__ __device__ constexpr int smem_act_bsum_at(int kmax) { return (kmax + kmax / 256 * 4 + 15) / 16 * 16; }
-__host__ __device__ constexpr int smem_act_bytes(int kmax) { return smem_act_bsum_at(kmax) + kmax / 16 * 2; }
-struct SmemAct {
-    int8_t* qs;
-    float* d;
-    int16_t* bsum;
-    __device__ SmemAct(void* base, int kmax)
-        : qs(static_cast<int8_t*>(base)),
-          d(reinterpret_cast<float*>(static_cast<int8_t*>(base) + smem_act_d_at(kmax))),
-          bsum(reinterpret_cast<int16_t*>(static_cast<int8_t*>(base) + smem_act_bsum_at(kmax))) {}
-    __device__ ActQ view(int K) const {
-        ActQ a;
-        a.qs = qs;
-        a.d = d;
-        a.bsum = bsum;
-        a.K = K;
-        return a;
-    }
-};
-
-// NormFirst as the kernel sees it (E: x's length, a multiple of 256).
-struct NormFirstDev {
-    const float* x;
-    const float* w;
-    float eps;
-    int E;
-    float* h;
-    ActOutPtrs act;
-};
-
-// rms_norm of x and its Q8_K quantization into the block's shared memory, as
-// the norm_quantize launch computes them (reg_norm_kernel: 8 elements per lane,
-// a warp per 256-element span, the span sums added in span order), so the
-// products see the same bits. Block 0 also writes h and the quantization to
-// global memory for later readers. Every thread of the block calls it once.
-// Two passes over x (sums, then values) keep 16 floats live next to the
-// product's weights in flight.
-__device__ void norm_first_block(const NormFirstDev& nf, const SmemAct& sa) {
-    __shared__ float red[32];
-    const int lane = threadIdx.x % WARP, wib = threadIdx.x / WARP, nwb = blockDim.x / WARP;
-    const int spans = nf.E / 256;
-    auto load8 = [&](const float* p, int sp, float (&v)[8]) {
-        const float4 a = *reinterpret_cast<const float4*>(p + 256 * sp + 8 * lane);
-        const float4 b = *reinterpret_cast<const float4*>(p + 256 * sp + 8 * lane + 4);
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    };
-    for (int sp = wib; sp < spans; sp += nwb) {
-        float v[8];
-        load8(nf.x, sp, v);
-        float ss = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) ss = fmaf(v[i], v[i], ss);
-        for (int o = WARP / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) red[sp] = ss;
-    }
-    __syncthreads();
-    const float sc = rms_scale(warp_sum(lane < spans ? red[lane] : 0.f), nf.E, nf.eps);
-    for (int sp = wib; sp < spans; sp += nwb) {
-        float v[8], wv[8];
-        load8(nf.x, sp, v);
-        load8(nf.w, sp, wv);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = (v[i] * sc) * wv[i];
-        quantize_span<3>(v, lane, ActOutPtrs{sa.qs, sa.d, nullptr, sa.bsum}, 0, nf.E, 256 * sp, true);
-        if (blockIdx.x == 0) {
-            float* h = nf.h + 256 * sp + 8 * lane;
-            *reinterpret_cast<float4*>(h) = make_float4(v[0], v[1], v[2], v[3]);
-            *reinterpret_cast<float4*>(h + 4) = make_float4(v[4], v[5], v[6], v[7]);
-            quantize_span<3>(v, lane, nf.act, 0, nf.E, 256 * sp, true);
-        }
-    }
-    __syncthreads();
-}
-
-// What rows_lane does between issuing its first weight loads and loading the
-// activations: wait for the kernels before (PdlWait), or also compute the
-// normalized, quantized activations into shared memory (NormFirstReady).
-struct PdlWait {
-    __device__ void operator()() const { pdl_wait(); }
-};
-struct NormFirstReady {
-    const NormFirstDev* nf;
-    SmemAct sa;
-    __device__ void operator()() const {
-        pdl_wait();
-        norm_first_block(*nf, sa);
-    }
-};
-
 // A job as the kernels see it (block0 / rpw are set by the launcher).
 MvJobDev job_dev(const MatvecJob& j) {
     MvJobDev d{};
@@ -540,9 +444,9 @@ bool rows_kernel_supports(GgmlType t) {
 // (units u, u + 32, ...) are issued together and their dot products added in
 // unit order, so the sums are those of S = 1 bit for bit: a warp of one long
 // row keeps S times the bytes in flight.
-template <GgmlType TY, int RR, int R, int S = 1, class MA = FromGlobal, class Ready = PdlWait>
+template <GgmlType TY, int RR, int R, int S = 1, class MA = FromGlobal>
 __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t N, const ActQ& A, int lane,
-                                          float (&acc)[R], const Ready& ready = {}) {
+                                          float (&acc)[R]) {
     using U = RowUnit<TY>;
     const int units = int(w.bpr) * U::UPB;
     int64_t blk0[RR];
@@ -557,7 +461,7 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
 #pragma unroll
             for (int r = 0; r < RR; ++r) cw[s][r] = U::load_w(w, blk0[r], u + WARP * s);
         }
-    ready();  // weights only so far; the activations are the previous kernel's output
+    pdl_wait();  // weights only so far; the activations are the previous kernel's output
     if (u >= units) return;
 #pragma unroll
     for (int s = 0; s < S; ++s)
@@ -604,15 +508,14 @@ __device__ __forceinline__ void conv_row(const ConvAfter& cv, int64_t c, int64_t
 
 // acc = rows [row0, row0 + rows_for(type, R)) of a K-quant weight times the
 // activations (this lane's share).
-template <int R, int S = 1, class MA = FromGlobal, class Ready = PdlWait>
+template <int R, int S = 1, class MA = FromGlobal>
 __device__ __forceinline__ void rows_of_type(GgmlType type, const WArgs& w, int64_t row0, int64_t N, const ActQ& A,
-                                             int lane, float (&acc)[R], const Ready& ready = {}) {
+                                             int lane, float (&acc)[R]) {
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.f;
-    if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, R, S, MA>(w, row0, N, A, lane, acc, ready);
-    else if (type == GgmlType::Q5_K)
-        rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), R, S, MA>(w, row0, N, A, lane, acc, ready);
-    else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), R, S, MA>(w, row0, N, A, lane, acc, ready);
+    if (type == GgmlType::Q4_K) rows_lane<GgmlType::Q4_K, R, R, S, MA>(w, row0, N, A, lane, acc);
+    else if (type == GgmlType::Q5_K) rows_lane<GgmlType::Q5_K, (R > 1 ? R / 2 : 1), R, S, MA>(w, row0, N, A, lane, acc);
+    else rows_lane<GgmlType::Q6_K, (R > 1 ? R / 2 : 1), R, S, MA>(w, row0, N, A, lane, acc);
 }
 
 // The epilogue of rows [row0, row0 + rpw): warp sums, bias, residual, conv.
@@ -640,11 +543,8 @@ __device__ __forceinline__ void rows_store(const MvJobDev& j, int64_t row0, int 
 constexpr int rows_min_blocks(int R, int S) { return S > 1 ? 5 : R >= 8 ? 4 : R == 4 ? 6 : 8; }
 
 // TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
-// NF: the activations are rms_norm + Q8_K of nf.x, computed by every block
-// (norm_first_block) into its shared memory; A is unused.
-template <int R, int TYI, int S = 1, bool NF = false>
-__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, S))
-    mmv_rows_kernel(MvBatch b, ActQ A, NormFirstDev nf) {
+template <int R, int TYI, int S = 1>
+__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, S)) mmv_rows_kernel(MvBatch b, ActQ A) {
     int ji = 0;
 #pragma unroll
     for (int i = 1; i < kMaxMatvecJobs; ++i)
@@ -655,41 +555,23 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, S))
     const int64_t row0 = (int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP) * rpw;
     const int lane = threadIdx.x % WARP;
     pdl_launch_dependents();
-    if constexpr (NF) {
-        extern __shared__ int4 mv_smem[];
-        const NormFirstReady ready{&nf, SmemAct(mv_smem, nf.E)};
-        if (row0 >= j.N) return ready();  // (every warp joins the block's norm)
-        float acc[R];
-        rows_of_type<R, S, FromShared>(type, j.w, row0, j.N, ready.sa.view(nf.E), lane, acc, ready);
-        rows_store<R>(j, row0, rpw, acc, lane);
-    } else if (row0 < j.N) {
+    if (row0 < j.N) {
         float acc[R];
         rows_of_type<R, S>(type, j.w, row0, j.N, A, lane, acc);
         rows_store<R>(j, row0, rpw, acc, lane);
     }
 }
 
-template <int R, int S = 1, bool NF = false>
-void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const ActQ& act, const NormFirstDev& nf) {
-    const dim3 grid{unsigned(blocks)}, block{MMV_WARPS * WARP};
-    const char* what = NF ? "matmul_vec (rows, norm first)" : "matmul_vec (rows)";
-    const size_t smem = NF ? size_t(smem_act_bytes(nf.E)) : 0;
-    auto go = [&](auto kernel) {
-        if (NF) allow_dynamic_smem(kernel, smem);
-        launch(what, kernel, grid, block, smem, s, b, act, nf);
-    };
-    if (mixed) return go(mmv_rows_kernel<R, -1, S, NF>);
-    switch (GgmlType(b.job[0].type)) {
-        case GgmlType::Q4_K: return go(mmv_rows_kernel<R, int(GgmlType::Q4_K), S, NF>);
-        case GgmlType::Q5_K: return go(mmv_rows_kernel<R, int(GgmlType::Q5_K), S, NF>);
-        default: return go(mmv_rows_kernel<R, int(GgmlType::Q6_K), S, NF>);
-    }
-}
 template <int R, int S = 1>
-void rows_start_nf(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const ActQ& act,
-                   const NormFirstDev* nf) {
-    if (nf) rows_start<R, 1, true>(b, blocks, mixed, s, act, *nf);  // S = 1: the same sums as S = 2
-    else rows_start<R, S>(b, blocks, mixed, s, act, NormFirstDev{});
+void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const ActQ& act) {
+    const dim3 grid{unsigned(blocks)}, block{MMV_WARPS * WARP};
+    const char* what = "matmul_vec (rows)";
+    if (mixed) return launch(what, mmv_rows_kernel<R, -1, S>, grid, block, 0, s, b, act);
+    switch (GgmlType(b.job[0].type)) {
+        case GgmlType::Q4_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q4_K), S>, grid, block, 0, s, b, act);
+        case GgmlType::Q5_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q5_K), S>, grid, block, 0, s, b, act);
+        default: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q6_K), S>, grid, block, 0, s, b, act);
+    }
 }
 
 // Steps in flight per lane (S > 1 only at one row per warp): two for long rows
@@ -701,9 +583,8 @@ int steps_in_flight(int64_t K, int R) {
     return R == 1 && (forced == 2 || K >= kLongRow) ? 2 : 1;
 }
 
-// Jobs of K-quant types only (rows_kernel_supports). nf: the activations are
-// computed by each block (norm_first_block); act is unused.
-void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s, const NormFirstDev* nf) {
+// Jobs of K-quant types only (rows_kernel_supports).
+void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s) {
     const int R = choose_rows(jobs, n_jobs);
     MvBatch b{};
     b.n = n_jobs;
@@ -720,11 +601,11 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
     if (blocks >= (int64_t(1) << 31)) fail(strfmt("CUDA matvec: %lld blocks", (long long)blocks));
     if (blocks == 0) return;
     if (R == 1) {
-        if (steps_in_flight(jobs[0].w.K, R) == 2) rows_start_nf<1, 2>(b, int(blocks), mixed, s, act, nf);
-        else rows_start_nf<1>(b, int(blocks), mixed, s, act, nf);
-    } else if (R == 2) rows_start_nf<2>(b, int(blocks), mixed, s, act, nf);
-    else if (R == 8) rows_start_nf<8>(b, int(blocks), mixed, s, act, nf);
-    else rows_start_nf<4>(b, int(blocks), mixed, s, act, nf);
+        if (steps_in_flight(jobs[0].w.K, R) == 2) rows_start<1, 2>(b, int(blocks), mixed, s, act);
+        else rows_start<1>(b, int(blocks), mixed, s, act);
+    } else if (R == 2) rows_start<2>(b, int(blocks), mixed, s, act);
+    else if (R == 8) rows_start<8>(b, int(blocks), mixed, s, act);
+    else rows_start<4>(b, int(blocks), mixed, s, act);
 }
 
 }  // namespace
@@ -804,6 +685,30 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar) {
     __syncthreads();
 }
 
+// The quantized activations of one token row of up to kmax elements (a
+// multiple of 256) in shared memory: quants, block scales, 16-element sums,
+// each section 16-byte aligned (the product kernels load them 8 and 16 bytes
+// at a time).
+__host__ __device__ constexpr int smem_act_d_at(int kmax) { return kmax; }
+__host__ __device__ constexpr int smem_act_bsum_at(int kmax) { return (kmax + kmax / 256 * 4 + 15) / 16 * 16; }
+__host__ __device__ constexpr int smem_act_bytes(int kmax) { return smem_act_bsum_at(kmax) + kmax / 16 * 2; }
+struct SmemAct {
+    int8_t* qs;
+    float* d;
+    int16_t* bsum;
+    __device__ SmemAct(void* base, int kmax)
+        : qs(static_cast<int8_t*>(base)),
+          d(reinterpret_cast<float*>(static_cast<int8_t*>(base) + smem_act_d_at(kmax))),
+          bsum(reinterpret_cast<int16_t*>(static_cast<int8_t*>(base) + smem_act_bsum_at(kmax))) {}
+    __device__ ActQ view(int K) const {
+        ActQ a;
+        a.qs = qs;
+        a.d = d;
+        a.bsum = bsum;
+        a.K = K;
+        return a;
+    }
+};
 
 // One block has E / 8 threads (norm_quantize's row threads: a warp per
 // 256-element span). Phases: L2 prefetch of the weights; rms_norm + Q8_K
@@ -825,6 +730,7 @@ __device__ __forceinline__ void ffn_rows(const MvJobDev& j, int64_t row0, const 
 template <int TG, int TD, int R, int RD>
 __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
     extern __shared__ int4 ffn_smem[];
+    __shared__ float red[32];
     const int lane = threadIdx.x % WARP, wib = threadIdx.x / WARP, nwb = blockDim.x / WARP;
     const int kmax = max(f.E, f.F);
     PhaseClock clk(f.clocks);
@@ -840,9 +746,34 @@ __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
     pdl_wait();
     clk.mark(1);
 
-    // rms_norm + quantization (a warp per 256-element span)
+    // rms_norm + quantization: lane holds elements 256 wib + 8 lane + [0, 8)
     SmemAct sa(ffn_smem, kmax);
-    norm_first_block(NormFirstDev{f.x, f.norm_w, f.eps, f.E, f.h, f.act_h}, sa);
+    {
+        const int k0 = 256 * wib + 8 * lane;
+        float v[8], wv[8];
+        const float4 x0 = *reinterpret_cast<const float4*>(f.x + k0), x1 = *reinterpret_cast<const float4*>(f.x + k0 + 4);
+        const float4 w0 = *reinterpret_cast<const float4*>(f.norm_w + k0),
+                     w1 = *reinterpret_cast<const float4*>(f.norm_w + k0 + 4);
+        v[0] = x0.x; v[1] = x0.y; v[2] = x0.z; v[3] = x0.w; v[4] = x1.x; v[5] = x1.y; v[6] = x1.z; v[7] = x1.w;
+        wv[0] = w0.x; wv[1] = w0.y; wv[2] = w0.z; wv[3] = w0.w; wv[4] = w1.x; wv[5] = w1.y; wv[6] = w1.z; wv[7] = w1.w;
+        float ss = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ss = fmaf(v[i], v[i], ss);
+        for (int o = WARP / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) red[wib] = ss;
+        __syncthreads();
+        ss = warp_sum(lane < nwb ? red[lane] : 0.f);
+        const float sc = rms_scale(ss, f.E, f.eps);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = (v[i] * sc) * wv[i];
+        if (blockIdx.x == 0) {
+            *reinterpret_cast<float4*>(f.h + k0) = make_float4(v[0], v[1], v[2], v[3]);
+            *reinterpret_cast<float4*>(f.h + k0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
+            quantize_span<3>(v, lane, f.act_h, 0, f.E, 256 * wib, true);
+        }
+        quantize_span<3>(v, lane, ActOutPtrs{sa.qs, sa.d, nullptr, sa.bsum}, 0, f.E, 256 * wib, true);
+        __syncthreads();
+    }
     clk.mark(2);
 
     const int W = int(gridDim.x) * nwb, w0 = int(blockIdx.x) * nwb + wib;
@@ -1030,33 +961,9 @@ bool conv_after_fits(const MatvecJob* jobs, int n_jobs, int64_t T) {
     return n_jobs >= 1 && n_jobs <= kMaxMatvecJobs && rows_path(jobs, n_jobs, T);
 }
 
-bool norm_first_fits(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, const NormJob& n,
-                     const ActDest& q) {
-    static const bool on = env_int("QINFER_CUDA_NORM_FIRST", 0, 1, 1) != 0;  // (A/B)
-    const int64_t E = n.x.n;
-    if (!on || T != 1 || n_jobs < 1 || n_jobs > kMaxMatvecJobs || !rows_path(jobs, n_jobs, T)) return false;
-    if (E < 256 || E % 256 != 0 || E / 256 > 32 || E >= kLongRow) return false;  // red[32]; one step in flight
-    if (n.op != NormOp::Rms || !plain_vector(n.x, E) || !plain_vector(n.y, E) || !n.w || !aligned16_ptr(n.x.data) ||
-        !aligned16_ptr(n.y.data) || !aligned16_ptr(n.w))
-        return false;
-    if (q.kind != ActKind::Q8_K || q.K != E || q.T != 1 || q.x != n.y.data || act_out(q).qs != act.qs) return false;
-    for (int i = 0; i < n_jobs; ++i)
-        if (jobs[i].w.K != E) return false;
-    return true;
-}
-
-void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s,
-                      const NormJob* norm, const ActDest* dest) {
+void matmul_vec_multi(const MatvecJob* jobs, int n_jobs, const ActQ& act, int64_t T, cudaStream_t s) {
     if (n_jobs < 1 || n_jobs > kMaxMatvecJobs || T < 1 || T > 8)
         fail(strfmt("CUDA matvec batch: %d jobs, %lld tokens", n_jobs, (long long)T));
-    if (norm) {
-        if (!dest || !norm_first_fits(jobs, n_jobs, act, T, *norm, *dest))
-            fail("CUDA matvec batch: the norm does not fit the products' blocks");
-        const NormFirstDev nf{norm->x.data, norm->w, norm->eps, int(norm->x.n), norm->y.data, act_out(*dest)};
-        rows_launch(jobs, n_jobs, act, s, &nf);
-        QINFER_CUDA_LAUNCHED("rms_norm + quantize + matmul_vec_multi");
-        return;
-    }
     MvBatch b{};
     b.n = n_jobs;
     int blocks = 0;
