@@ -295,26 +295,27 @@ TEST(CudaDeltaNetPrefill, SerialAndChunkedKernelsAtModelShapes) {
         const double oref = max_abs(out_ref), sref = max_abs(S_ref);
         double us[2] = {0, 0};
         const cuda::GdrPath paths[2] = {cuda::GdrPath::Serial, cuda::GdrPath::Chunked};
-        for (int pi = 0; pi < 2; ++pi) {
-            // correctness run from S0 into a NaN-filled output
+        // one run from S0 into a NaN-filled output: the output and the final state
+        auto run_from_s0 = [&](const cuda::DeltaArgs& args, cuda::GdrPath path, std::vector<float>& out,
+                               std::vector<float>& S) {
+            out.assign(out_ref.size(), 0.f);
+            S.assign(S0.size(), 0.f);
             CU(cudaMemcpy(dS.p, S0.data(), S0.size() * 4, cudaMemcpyHostToDevice));
             CU(cudaMemset(dout.p, 0xFF, out_ref.size() * 4));
-            cuda::gated_delta_rule(p, dseg, 1, T, nullptr, paths[pi]);
+            cuda::gated_delta_rule(args, dseg, 1, T, nullptr, path);
             CU(cudaDeviceSynchronize());
-            std::vector<float> out(out_ref.size()), S(S0.size());
             CU(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost));
             CU(cudaMemcpy(S.data(), dS.p, S.size() * 4, cudaMemcpyDeviceToHost));
+        };
+        for (int pi = 0; pi < 2; ++pi) {
+            std::vector<float> out, S;
+            run_from_s0(p, paths[pi], out, S);
             const double eo = max_err(out_ref, out), es = max_err(S_ref, S);
             if (pi == 0) {  // the state loaded before the kernel's wait: the same bits
                 cuda::DeltaArgs pe = p;
                 pe.state_early = true;
-                CU(cudaMemcpy(dS.p, S0.data(), S0.size() * 4, cudaMemcpyHostToDevice));
-                CU(cudaMemset(dout.p, 0xFF, out_ref.size() * 4));
-                cuda::gated_delta_rule(pe, dseg, 1, T, nullptr, paths[pi]);
-                CU(cudaDeviceSynchronize());
-                std::vector<float> out_e(out.size()), S_e(S.size());
-                CU(cudaMemcpy(out_e.data(), dout.p, out_e.size() * 4, cudaMemcpyDeviceToHost));
-                CU(cudaMemcpy(S_e.data(), dS.p, S_e.size() * 4, cudaMemcpyDeviceToHost));
+                std::vector<float> out_e, S_e;
+                run_from_s0(pe, paths[pi], out_e, S_e);
                 EXPECT_EQ(std::memcmp(out_e.data(), out.data(), out.size() * 4), 0) << "early state, T=" << T;
                 EXPECT_EQ(std::memcmp(S_e.data(), S.data(), S.size() * 4), 0) << "early state, T=" << T;
             }
@@ -351,13 +352,8 @@ TEST(CudaDeltaNetPrefill, SerialAndChunkedKernelsAtModelShapes) {
             p2.k = dks.p;
             p2.l2_qk = true;
             p2.l2_eps = 1e-6f;
-            CU(cudaMemcpy(dS.p, S0.data(), S0.size() * 4, cudaMemcpyHostToDevice));
-            CU(cudaMemset(dout.p, 0xFF, out_ref.size() * 4));
-            cuda::gated_delta_rule(p2, dseg, 1, T, nullptr);
-            CU(cudaDeviceSynchronize());
-            std::vector<float> out(out_ref.size()), S(S0.size());
-            CU(cudaMemcpy(out.data(), dout.p, out.size() * 4, cudaMemcpyDeviceToHost));
-            CU(cudaMemcpy(S.data(), dS.p, S.size() * 4, cudaMemcpyDeviceToHost));
+            std::vector<float> out, S;
+            run_from_s0(p2, cuda::GdrPath::Auto, out, S);
             EXPECT_LT(max_err(out_ref, out), 1e-4 * oref) << "l2 in the kernel, T=" << T;
             EXPECT_LT(max_err(S_ref, S), 1e-4 * sref) << "l2 in the kernel, state, T=" << T;
             EXPECT_FALSE(cuda::gdr_all_serial(p, 4096)) << "a long prompt takes the chunked kernel";

@@ -9,8 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
-#include <unordered_map>
-#include <utility>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -898,23 +896,22 @@ void CudaBackend::rope_neox(const Tensor& x, const StepInfo& step, int n_rot, fl
 
 namespace {
 // cuda::attention's `fresh`: the widest span of positions one slot has in the
-// step (rows below a token's position + 1 - fresh were written by earlier
-// steps). 0 with QINFER_CUDA_ATTN_EARLY=0: the split kernel loads nothing
-// before it waits (A/B).
+// step's segments (rows below a token's position + 1 - fresh were written by
+// earlier steps; a slot is normally one segment). 0 with QINFER_CUDA_ATTN_EARLY=0:
+// the split kernel loads nothing before it waits (A/B).
 int fresh_rows(const StepInfo& step) {
     static const bool early = env_int("QINFER_CUDA_ATTN_EARLY", 0, 1, 1) != 0;
-    if (!early) return 0;
-    std::unordered_map<int32_t, std::pair<int32_t, int32_t>> span;  // slot -> lowest, highest position
-    for (size_t t = 0; t < step.pos.size() && t < size_t(step.n_tokens); ++t) {
-        const auto [it, added] = span.try_emplace(step.slot[t], step.pos[t], step.pos[t]);
-        if (!added) {
-            it->second.first = std::min(it->second.first, step.pos[t]);
-            it->second.second = std::max(it->second.second, step.pos[t]);
-        }
-    }
     int fresh = 0;
-    for (const auto& [slot, lh] : span) fresh = std::max(fresh, lh.second - lh.first + 1);
-    return fresh;
+    for (const StepInfo::Segment& a : step.segments) {
+        int32_t lo = a.pos0, hi = a.pos0 + a.count - 1;
+        for (const StepInfo::Segment& b : step.segments)
+            if (b.slot == a.slot) {
+                lo = std::min(lo, b.pos0);
+                hi = std::max(hi, b.pos0 + b.count - 1);
+            }
+        fresh = std::max(fresh, hi - lo + 1);
+    }
+    return early ? fresh : 0;
 }
 }  // namespace
 
@@ -1039,7 +1036,9 @@ void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tenso
     p.dv = int(dv);
     p.Hk = int(Hk);
     p.Hv = int(Hv);
-    p.state_early = !written_in_chain(p.S);  // written by an earlier chain: loads before the wait
+    // written before the chain: the kernel loads it before its wait (QINFER_CUDA_GDR_EARLY=0: after, A/B)
+    static const bool state_early = env_int("QINFER_CUDA_GDR_EARLY", 0, 1, 1) != 0;
+    p.state_early = state_early && !written_in_chain(p.S);
     chain_wrote(p.S);
     const int max_len = step.max_segment_len();
     const int n_seg = int(step.segments.size());

@@ -14,7 +14,6 @@
 
 #include <cooperative_groups.h>
 
-#include "common/env.h"
 #include "common/error.h"
 #include "runtime/cuda/act_quant.cuh"
 #include "runtime/cuda/cuda_common.cuh"
@@ -118,7 +117,7 @@ __global__ void __launch_bounds__(W * WARP)
     gdr_seq_kernel(DeltaArgs p, const Segment* __restrict__ seg, int max_count, GdrNormDev nd) {
     pdl_launch_dependents();
     if (!p.state_early) pdl_wait();
-    // the segments are copied in before the step's first kernel: readable before the wait
+    // the segments are copied in before the step's kernels: readable before the wait
     const int j = blockIdx.y;
     const Segment sg = seg[blockIdx.z];
     if (QK == 0 && sg.count > max_count) return;  // (QK: every block reaches the cluster barrier)
@@ -638,14 +637,6 @@ int chunk_min_tokens(const DeltaArgs& a, int max_seg_len, GdrPath path) {
 }  // namespace
 
 namespace {
-// DeltaArgs::state_early as asked, unless QINFER_CUDA_GDR_EARLY=0 (A/B: the
-// state loads after the wait).
-DeltaArgs with_state_early(DeltaArgs a) {
-    static const bool allowed = env_int("QINFER_CUDA_GDR_EARLY", 0, 1, 1) != 0;
-    a.state_early = a.state_early && allowed;
-    return a;
-}
-
 // Clusters in the running code: an sm_90+ device running sm_90+ code (a
 // build's PTX for older targets, JIT-compiled on a newer device, has none).
 bool gdr_clusters_usable() {
@@ -676,8 +667,7 @@ void launch_gdr_norm(const DeltaArgs& a, const Segment* seg, int n_seg, const Gd
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = pdl_enabled() ? 2 : 1;
-    QINFER_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdr_seq_kernel<KPL, GDR_NORM_WARPS, QK>, with_state_early(a), seg,
-                                         INT_MAX, nd));
+    QINFER_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gdr_seq_kernel<KPL, GDR_NORM_WARPS, QK>, a, seg, INT_MAX, nd));
 }
 }  // namespace
 
@@ -738,18 +728,17 @@ void gated_delta_rule(const DeltaArgs& a, const Segment* seg, int n_seg, int max
         if (chunk_min == 0 || n_seg == 1) return;
     }
     const int serial_max = chunk_min == INT_MAX ? INT_MAX : chunk_min - 1;
-    const DeltaArgs ks = with_state_early(a);
     const int rows_per_block = GDR_WARPS * GDR_ROWS;
     const dim3 grid(static_cast<unsigned>(ceil_div(a.dv, rows_per_block)), static_cast<unsigned>(a.Hv),
                     static_cast<unsigned>(n_seg));
     switch (a.dk) {
-        case 32: launch("gdr_seq_kernel", gdr_seq_kernel<1>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, ks, seg,
+        case 32: launch("gdr_seq_kernel", gdr_seq_kernel<1>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg,
                 serial_max, GdrNormDev{}); break;
-        case 64: launch("gdr_seq_kernel", gdr_seq_kernel<2>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, ks, seg,
+        case 64: launch("gdr_seq_kernel", gdr_seq_kernel<2>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg,
                 serial_max, GdrNormDev{}); break;
-        case 128: launch("gdr_seq_kernel", gdr_seq_kernel<4>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, ks, seg,
+        case 128: launch("gdr_seq_kernel", gdr_seq_kernel<4>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg,
                 serial_max, GdrNormDev{}); break;
-        case 256: launch("gdr_seq_kernel", gdr_seq_kernel<8>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, ks, seg,
+        case 256: launch("gdr_seq_kernel", gdr_seq_kernel<8>, dim3(grid), dim3(GDR_WARPS * WARP), 0, s, a, seg,
                 serial_max, GdrNormDev{}); break;
         default: fail(strfmt("CUDA delta rule: key head dim %d not supported (32, 64, 128, 256)", a.dk));
     }
