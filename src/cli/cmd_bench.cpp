@@ -341,15 +341,7 @@ int cmd_bench(int argc, char** argv) {
     add_op_offload_flags(app, op_offload_min_batch);
     add_kv_type_flags(app, kv_type, kv_type_v);
     app.add_option("-o,--output", out, "output format: md, json or csv")->check(CLI::IsMember({"md", "json", "csv"}));
-    std::vector<std::string> arg_storage;
-    std::vector<char*> args = normalize_llama_flags(argc, argv, arg_storage);
-    for (char*& a : args)
-        if (std::string(a) == "-np") a = const_cast<char*>("--parallel");
-    try {
-        app.parse(int(args.size()), args.data());
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    if (const int rc = parse_llama_style(app, argc, argv); rc >= 0) return rc;
     const std::vector<int> ps = parse_int_list(p_str, "-p", 0), ns = parse_int_list(n_str, "-n", 0);
     std::vector<int> ngls;  // N, all or auto per item
     for (size_t i = 0; i <= ngl_str.size();) {

@@ -39,13 +39,7 @@ int cmd_chat(int argc, char** argv) {
     app.add_flag("--no-think", no_think, "disable thinking (empty <think></think>)");
     app.add_flag("--hide-reasoning", hide_reasoning, "do not print the reasoning");
     app.add_flag("--timings", timings, "print a timing line to stderr after each reply");
-    std::vector<std::string> arg_storage;
-    std::vector<char*> args = normalize_llama_flags(argc, argv, arg_storage);
-    try {
-        app.parse(int(args.size()), args.data());
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    if (const int rc = parse_llama_style(app, argc, argv); rc >= 0) return rc;
 
     auto engine = Engine::load(mf.model, mf.engine_options());
     const SamplingParams sampling = sf.resolve(engine->default_sampling());

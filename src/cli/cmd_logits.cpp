@@ -48,13 +48,7 @@ int cmd_logits(int argc, char** argv) {
     app.add_option("-t,--threads", threads, "CPU threads (default: physical cores)");
     app.add_option("-c,--ctx-size", ctx, "context size (default: number of ids)");
     add_kv_type_flags(app, kv, kv_v);
-    try {
-        std::vector<std::string> storage;
-        std::vector<char*> args = normalize_llama_flags(argc, argv, storage);
-        app.parse(int(args.size()), args.data());
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    if (const int rc = parse_llama_style(app, argc, argv); rc >= 0) return rc;
 
     const std::vector<int32_t> ids = parse_ids(ids_str);
     ModelOptions opt;

@@ -35,13 +35,7 @@ int cmd_run(int argc, char** argv) {
     app.add_flag("--special", special, "print control tokens (<|im_end|> ...)");
     app.add_flag("--no-escape", no_escape, "do not process \\n, \\t ... in the prompt");
     app.add_flag("--verbose-prompt", verbose_prompt, "print the prompt's token ids to stderr");
-    std::vector<std::string> arg_storage;
-    std::vector<char*> args = normalize_llama_flags(argc, argv, arg_storage);
-    try {
-        app.parse(int(args.size()), args.data());
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    if (const int rc = parse_llama_style(app, argc, argv); rc >= 0) return rc;
 
     const int n_sources = !prompt.empty() + !prompt_file.empty() + !ids_str.empty();
     if (n_sources == 0) fail("no prompt: give -p TEXT, -f FILE or --ids 1,2,3");

@@ -105,15 +105,7 @@ int cmd_serve(int argc, char** argv) {
     app.add_option("--shutdown-grace", grace_s, "seconds in-flight requests may run after SIGINT/SIGTERM")
         ->check(CLI::Range(0, 3600));
 
-    std::vector<std::string> storage;
-    std::vector<char*> args = normalize_llama_flags(argc, argv, storage);
-    for (char*& a : args)
-        if (std::string(a) == "-np") a = const_cast<char*>("--parallel");
-    try {
-        app.parse(int(args.size()), args.data());
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    if (const int rc = parse_llama_style(app, argc, argv); rc >= 0) return rc;
     if (!api_key_file.empty()) {
         std::string k = read_file_text(api_key_file);
         k = k.substr(0, k.find_first_of("\r\n"));

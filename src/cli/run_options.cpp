@@ -21,7 +21,8 @@ std::vector<char*> normalize_llama_flags(int argc, char** argv, std::vector<std:
     static const struct {
         const char* from;
         const char* to;
-    } kMap[] = {{"-ngl", "--gpu-layers"}, {"-sys", "--system-prompt"}, {"-ctk", "--kv-type"}, {"-ctv", "--cache-type-v"}};
+    } kMap[] = {{"-ngl", "--gpu-layers"}, {"-sys", "--system-prompt"}, {"-ctk", "--kv-type"}, {"-ctv", "--cache-type-v"},
+                 {"-np", "--parallel"}};
     storage.assign(argv, argv + argc);
     for (std::string& a : storage)
         for (const auto& m : kMap)
@@ -29,6 +30,17 @@ std::vector<char*> normalize_llama_flags(int argc, char** argv, std::vector<std:
     std::vector<char*> out;
     for (std::string& a : storage) out.push_back(a.data());
     return out;
+}
+
+int parse_llama_style(CLI::App& app, int argc, char** argv) {
+    std::vector<std::string> storage;
+    std::vector<char*> args = normalize_llama_flags(argc, argv, storage);
+    try {
+        app.parse(int(args.size()), args.data());
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    return -1;
 }
 
 void add_kv_type_flags(CLI::App& app, std::string& k, std::string& v) {

@@ -15,9 +15,14 @@ void add_kv_type_flags(CLI::App& app, std::string& k, std::string& v);
 // The cache type those flags ask for (fails when -ctv differs from -ctk).
 KvCacheType kv_type_from_flags(const std::string& k, const std::string& v);
 
-// llama.cpp uses multi-letter short flags (-ngl, -sys, -ctk, -ctv) that CLI11
-// cannot declare; they are rewritten to their long forms before parsing.
+// llama.cpp uses multi-letter short flags (-ngl, -sys, -ctk, -ctv, -np) that
+// CLI11 cannot declare; they are rewritten to their long forms before parsing.
 std::vector<char*> normalize_llama_flags(int argc, char** argv, std::vector<std::string>& storage);
+
+// Parses the command line into `app` after normalize_llama_flags. Returns the
+// exit code when parsing ends the command (--help, a bad or missing flag: CLI11
+// has printed why), else -1.
+int parse_llama_style(CLI::App& app, int argc, char** argv);
 
 // Prompt offload default: batches of this many tokens or more run the layers
 // kept in host memory on the GPU (as llama.cpp, which also starts at 32).
