@@ -901,6 +901,7 @@ namespace {
 // the split kernel loads nothing before it waits (A/B).
 int fresh_rows(const StepInfo& step) {
     static const bool early = env_int("QINFER_CUDA_ATTN_EARLY", 0, 1, 1) != 0;
+    if (!early) return 0;
     int fresh = 0;
     for (const StepInfo::Segment& a : step.segments) {
         int32_t lo = a.pos0, hi = a.pos0 + a.count - 1;
@@ -911,7 +912,7 @@ int fresh_rows(const StepInfo& step) {
             }
         fresh = std::max(fresh, hi - lo + 1);
     }
-    return early ? fresh : 0;
+    return fresh;
 }
 }  // namespace
 
