@@ -151,18 +151,35 @@ bool split_on_tensor_cores() {
     return on;
 }
 
-// The split kernel for a cache type and its dynamic shared memory.
+// Warps per block of the q8_0 split kernel: 8 (q in shared memory) where the
+// head dim gives each warp a 16-column tile, else 4. QINFER_CUDA_ATTN_Q8_WARPS=4
+// keeps 4 (A/B).
+int q8_split_warps(int d) {
+    static const int forced = env_int("QINFER_CUDA_ATTN_Q8_WARPS", 4, 8, 8);
+    if (forced != 4 && forced != 8) fail("QINFER_CUDA_ATTN_Q8_WARPS takes 4 or 8");
+    return d >= 128 ? forced : 4;
+}
+
+// The split kernel for a cache type, its block size and dynamic shared memory.
 struct SplitKernel {
     void (*fn)(AttnArgs);
+    int threads;
     size_t smem;
 };
 template <int D, int GT> SplitKernel split_kernel(GgmlType type) {
     switch (type) {
-        case GgmlType::F32: return {attn_split_kernel<D, GT, float>, attn_smem_bytes<D, float>()};
+        case GgmlType::F32: return {attn_split_kernel<D, GT, float>, ATTN_THREADS, attn_smem_bytes<D, float>()};
         case GgmlType::F16:
-            if (split_on_tensor_cores()) return {attn_split_mma_kernel<D, GT, MmaKvF16<D>>, 2 * size_t(MmaKvF16<D>::TILE)};
-            return {attn_split_kernel<D, GT, __half>, attn_smem_bytes<D, __half>()};
-        case GgmlType::Q8_0: return {attn_split_mma_kernel<D, GT, MmaKvQ8<D>>, 2 * size_t(MmaKvQ8<D>::TILE)};
+            if (split_on_tensor_cores())
+                return {attn_split_mma_kernel<D, GT, MmaKvF16<D>, 4>, ATTN_THREADS, 2 * size_t(MmaKvF16<D>::TILE)};
+            return {attn_split_kernel<D, GT, __half>, ATTN_THREADS, attn_smem_bytes<D, __half>()};
+        case GgmlType::Q8_0:
+            if constexpr (D >= 128) {
+                if (q8_split_warps(D) == 8)
+                    return {attn_split_mma_kernel<D, GT, MmaKvQ8<D>, 8>, 8 * 32,
+                            2 * size_t(MmaKvQ8<D>::TILE) + QFrags<true, D / 16, GT>::BYTES};
+            }
+            return {attn_split_mma_kernel<D, GT, MmaKvQ8<D>, 4>, ATTN_THREADS, 2 * size_t(MmaKvQ8<D>::TILE)};
         default: fail(strfmt("CUDA attention: cache type %s not supported", type_name(type)));
     }
 }
@@ -179,12 +196,12 @@ int launch_split(GgmlType type, AttnArgs a, int T, int n_kv, int ns_cap, cudaStr
     allow_dynamic_smem(k.fn, k.smem);  // K/V tiles above the 48 KB default
     int ns = ns_cap;
     if (ns > 1) {
-        const Residency r = residency(k.fn, ATTN_THREADS, k.smem);
+        const Residency r = residency(k.fn, k.threads, k.smem);
         ns = std::clamp(std::max(1, r.per_sm * r.sms) / n_kv, 1, ns_cap);
     }
     a.n_split = ns;
     const dim3 grid(static_cast<unsigned>(n_kv), unsigned(T), unsigned(ns));
-    launch("attn_split_kernel", k.fn, dim3(grid), dim3(ATTN_THREADS), k.smem, s, a);
+    launch("attn_split_kernel", k.fn, dim3(grid), dim3(k.threads), k.smem, s, a);
     return ns;
 }
 

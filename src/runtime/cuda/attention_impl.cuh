@@ -346,28 +346,32 @@ template <int D> struct MmaKvF16 {
     static constexpr int KSTEPS = D / 16;
 
     // Keys [jt + r0, jt + r1) of one kv head (`src`: its row 0, `stride` bytes
-    // apart) into tile rows [r0, r1); rows at or past nk are zero-filled.
+    // apart) into tile rows [r0, r1) by a block of THREADS; rows at or past nk
+    // are zero-filled.
+    template <int THREADS>
     __device__ static void load(unsigned char* tile, const unsigned char* src, int64_t stride, int jt, int nk,
                                 int r0 = 0, int r1 = TK) {
         constexpr int CPR = D / 8;  // 16-byte chunks per row
         __half* t = reinterpret_cast<__half*>(tile);
-        for (int i = threadIdx.x + r0 * CPR; i < r1 * CPR; i += ATTN_THREADS) {
+        for (int i = threadIdx.x + r0 * CPR; i < r1 * CPR; i += THREADS) {
             const int r = i / CPR, c = i % CPR;
             const bool valid = r < nk;
             cp_async16(t + swz<D>(r, c), src + int64_t(jt + (valid ? r : 0)) * stride + c * 16, valid);
         }
     }
-    // c += K [keys kb ..][d] . Q^T [d][head] over the whole head dim.
-    __device__ static void scores(float (&c)[4], const unsigned char* tile, int kb, int lane,
-                                  const uint32_t (&qh)[KSTEPS][2], const uint32_t (&ql)[KSTEPS][2]) {
+    // c += K [keys kb ..][d] . Q^T [d][head] over the whole head dim (q: a
+    // QFrags source).
+    template <class Q>
+    __device__ static void scores(float (&c)[4], const unsigned char* tile, int kb, int lane, const Q& q) {
         const uint32_t addr = smem_addr(tile);
         const int r = kb + lane % 16;  // ldmatrix: key tile row lane % 16, chunk 2 k + lane / 16
 #pragma unroll
         for (int k = 0; k < KSTEPS; ++k) {
             uint32_t ka[4];
             ldsm_x4(addr + 2 * uint32_t(swz<D>(r, 2 * k + lane / 16)), ka);
-            mma_16816(c, ka, qh[k][0], qh[k][1]);
-            mma_16816(c, ka, ql[k][0], ql[k][1]);
+            const uint4 f = q.get(k);
+            mma_16816(c, ka, f.x, f.y);
+            mma_16816(c, ka, f.z, f.w);
         }
     }
     // o[i] += V^T [cols 16 (w OM + i) ..][keys 16 kp ..] . P^T [keys][head]; p:
@@ -409,10 +413,11 @@ template <int D> struct MmaKvQ8 {
     static constexpr int CP = ROW % 16 == 0 ? 16 : (ROW % 8 == 0 ? 8 : 4);  // cp.async size (272, 136, 68 B)
     static_assert(D % 32 == 0 && TILE % 16 == 0, "q8_0 tile");
 
+    template <int THREADS>
     __device__ static void load(unsigned char* tile, const unsigned char* src, int64_t stride, int jt, int nk,
                                 int r0 = 0, int r1 = TK) {
         constexpr int CPR = ROW / CP;
-        for (int i = threadIdx.x + r0 * CPR; i < r1 * CPR; i += ATTN_THREADS) {
+        for (int i = threadIdx.x + r0 * CPR; i < r1 * CPR; i += THREADS) {
             const int r = i / CPR, c = i % CPR;
             const bool valid = r < nk;
             const unsigned char* from = src + int64_t(jt + (valid ? r : 0)) * stride + c * CP;
@@ -431,8 +436,8 @@ template <int D> struct MmaKvQ8 {
     }
     // A fragment rows: keys kb + grp (a0, a2) and + 8 (a1, a3); columns 2 quad, +1
     // (a0, a1) and + 8 (a2, a3) of k-step k.
-    __device__ static void scores(float (&c)[4], const unsigned char* tile, int kb, int lane,
-                                  const uint32_t (&qh)[KSTEPS][2], const uint32_t (&ql)[KSTEPS][2]) {
+    template <class Q>
+    __device__ static void scores(float (&c)[4], const unsigned char* tile, int kb, int lane, const Q& q) {
         const int grp = lane / 4, quad = lane % 4;
         const unsigned char* r0 = tile + (kb + grp) * ROW;
         const unsigned char* r1 = r0 + 8 * ROW;
@@ -443,8 +448,9 @@ template <int D> struct MmaKvQ8 {
             for (int h = 0; h < 2; ++h) {
                 const int k = 2 * b + h, e = 34 * b + 2 + 16 * h + 2 * quad;
                 const uint32_t ka[4] = {pair_at(r0 + e), pair_at(r1 + e), pair_at(r0 + e + 8), pair_at(r1 + e + 8)};
-                mma_16816(t, ka, qh[k][0], qh[k][1]);
-                mma_16816(t, ka, ql[k][0], ql[k][1]);
+                const uint4 f = q.get(k);
+                mma_16816(t, ka, f.x, f.y);
+                mma_16816(t, ka, f.z, f.w);
             }
             const float d0 = scale_at(r0 + 34 * b), d1 = scale_at(r1 + 34 * b);
             c[0] = fmaf(d0, t[0], c[0]);
@@ -496,6 +502,47 @@ template <int D> struct MmaKvQ8 {
     __device__ static int col(int cm, int grp, int r8) { return 16 * cm + 2 * grp + r8; }
 };
 
+// q of one head as the scores' B fragments of k-step k, scaled, in two f16
+// terms: {hi b0, hi b1, lo b0, lo b1} (b0: d = 16 k + 2 quad, +1; b1: the same
+// + 8). A null row gives zeros (heads past the group).
+__device__ __forceinline__ uint4 q_frag(const float* qrow, float scale, int k, int quad) {
+    uint4 f = make_uint4(0u, 0u, 0u, 0u);
+    if (qrow) {
+        const int e = 16 * k + 2 * quad;
+        split_half2(qrow[e] * scale, qrow[e + 1] * scale, f.x, f.z);
+        split_half2(qrow[e + 8] * scale, qrow[e + 9] * scale, f.y, f.w);
+    }
+    return f;
+}
+__device__ __forceinline__ const float* q_row(const AttnArgs& a, int g, int t, int h) {
+    return h < a.group ? a.q + int64_t(t) * a.q_t + int64_t(g * a.group + h) * a.q_h : nullptr;
+}
+
+// Where the split kernel's warps find q's fragments (get(k): this lane's, of
+// head lane / 4): registers, or a [KSTEPS][4 GT lanes] table in shared memory
+// (`smem`, KSTEPS * GT * 64 bytes) that the block fills.
+template <bool SMEM, int KSTEPS, int GT> struct QFrags {
+    uint4 f[KSTEPS];
+    __device__ void init(const AttnArgs& a, int g, int t, unsigned char*, int, int lane, int) {
+        const float* qrow = q_row(a, g, t, lane / 4);
+#pragma unroll
+        for (int k = 0; k < KSTEPS; ++k) f[k] = q_frag(qrow, a.scale, k, lane % 4);
+    }
+    __device__ uint4 get(int k) const { return f[k]; }
+};
+template <int KSTEPS, int GT> struct QFrags<true, KSTEPS, GT> {
+    static constexpr int LANES = 4 * GT;
+    static constexpr size_t BYTES = size_t(KSTEPS) * LANES * sizeof(uint4);
+    const uint4* f;
+    __device__ void init(const AttnArgs& a, int g, int t, unsigned char* smem, int tid, int lane, int threads) {
+        uint4* table = reinterpret_cast<uint4*>(smem);
+        for (int i = tid; i < KSTEPS * LANES; i += threads)
+            table[i] = q_frag(q_row(a, g, t, (i % LANES) / 4), a.scale, i / LANES, i % 4);
+        f = lane < LANES ? table + lane : nullptr;
+    }
+    __device__ uint4 get(int k) const { return f ? f[k * LANES] : make_uint4(0u, 0u, 0u, 0u); }
+};
+
 // The split kernel on the tensor cores (sm_80+) for an f16 or q8_0 cache (Fmt
 // above): the same blocks, splits and partials as attn_split_kernel, with both
 // products as mma.sync m16n8k16 (f16 inputs, f32 accumulators). The group's
@@ -527,18 +574,26 @@ template <int D> struct MmaKvQ8 {
 //  - warp w accumulates O for its D / 4 columns over all keys of the tile, so
 //    the warps need no merge at the end.
 // Heads >= G get q = 0 and are not written.
-template <int D, int GT, typename Fmt>
-__global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a) {
+//
+// NW warps per block: 4, with q's fragments in registers (64 of them at d 256),
+// or 8 (q8_0 at d >= 128), with the fragments in shared memory and one 16-key
+// score tile and one 32-column block of the output per warp. The q8_0 kernel
+// is bound by instruction latency, not bytes (the int8 -> f16 conversions; 2.6
+// warps per scheduler at 4 warps, registers and shared memory both allowing 3
+// blocks per SM): 8 warps under 80 registers fit 3 blocks per SM, twice the
+// warps to hide the latencies with.
+template <int D, int GT, typename Fmt, int NW>
+__global__ void __launch_bounds__(NW * WARP, 3) attn_split_mma_kernel(AttnArgs a) {
     pdl_launch_dependents();
     constexpr int TK = Fmt::TK;
-    constexpr int NW = ATTN_THREADS / WARP;
+    constexpr int THREADS = NW * WARP;
     constexpr int KSTEPS = D / 16;             // score k-steps over the head dim
     constexpr int SM_PER_WARP = TK / 16 / NW;  // 16-key score row tiles per warp
     constexpr int OM_PER_WARP = D / 16 / NW;   // 16-column output row tiles per warp
     constexpr int PS = D + ATTN_PART_HDR;
     static_assert(SM_PER_WARP >= 1 && TK % (16 * NW) == 0 && OM_PER_WARP >= 1 && D % (16 * NW) == 0, "shape");
     static_assert(GT <= 8, "the group's heads fill the mma's 8 columns");
-    __shared__ __align__(16) float ps[8][TK];  // probabilities [head][key]; heads >= GT unused
+    __shared__ __align__(16) float ps[GT][TK];  // probabilities [head][key]
     __shared__ float red[8][NW];               // per head and warp: tile max, then the final sums
     __shared__ float lsum[8];
     extern __shared__ __align__(128) unsigned char attn_smem[];
@@ -564,30 +619,17 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
     const int nk0 = min(TK, j1 - j0);
     const int early = a.fresh > 0 ? max(0, min(nk0, sw.n - a.fresh - j0)) : 0;
     if (early > 0) {
-        Fmt::load(ks, sw.K, row_stride, j0, nk0, 0, early);
-        Fmt::load(vs, sw.V, row_stride, j0, nk0, 0, early);
+        Fmt::template load<THREADS>(ks, sw.K, row_stride, j0, nk0, 0, early);
+        Fmt::template load<THREADS>(vs, sw.V, row_stride, j0, nk0, 0, early);
     }
     pdl_wait();
-    Fmt::load(ks, sw.K, row_stride, j0, nk0, early, TK);
+    Fmt::template load<THREADS>(ks, sw.K, row_stride, j0, nk0, early, TK);
     cp_async_commit();
-    Fmt::load(vs, sw.V, row_stride, j0, nk0, early, TK);
+    Fmt::template load<THREADS>(vs, sw.V, row_stride, j0, nk0, early, TK);
     cp_async_commit();
 
-    // q of head `grp` as the scores' B fragments (b0: d = 16 k + 2 quad, +1;
-    // b1: the same + 8), scaled, in two f16 terms.
-    uint32_t qh[KSTEPS][2], ql[KSTEPS][2];
-    {
-        const bool hv = grp < G;
-        const float* qrow = a.q + int64_t(t) * a.q_t + int64_t(g * G + (hv ? grp : 0)) * a.q_h;
-#pragma unroll
-        for (int k = 0; k < KSTEPS; ++k) {
-#pragma unroll
-            for (int h8 = 0; h8 < 2; ++h8) {
-                const int e = 16 * k + 8 * h8 + 2 * quad;
-                split_half2(hv ? qrow[e] * a.scale : 0.f, hv ? qrow[e + 1] * a.scale : 0.f, qh[k][h8], ql[k][h8]);
-            }
-        }
-    }
+    QFrags<(NW > 4), KSTEPS, GT> q;  // published by the first tile's barrier
+    q.init(a, g, t, attn_smem + 2 * Fmt::TILE, tid, lane, THREADS);
 
     float m0 = -INFINITY, m1 = -INFINITY;  // running max of heads h0, h1 (block-uniform per head)
     float l0 = 0.f, l1 = 0.f;              // this thread's share of their running sums
@@ -609,7 +651,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
         for (int i = 0; i < SM_PER_WARP; ++i) {
             const int kb = (wid * SM_PER_WARP + i) * 16;
             c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
-            if (kb < nk) Fmt::scores(c[i], ks, kb, lane, qh, ql);  // warp-uniform
+            if (kb < nk) Fmt::scores(c[i], ks, kb, lane, q);  // warp-uniform
             if (kb + grp >= nk) c[i][0] = c[i][1] = -INFINITY;
             if (kb + grp + 8 >= nk) c[i][2] = c[i][3] = -INFINITY;
             mx0 = fmaxf(mx0, fmaxf(c[i][0], c[i][2]));
@@ -626,7 +668,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
             red[h1][wid] = mx1;
         }
         __syncthreads();  // red complete; every warp is done with ks
-        if (nn > 0) Fmt::load(ks, sw.K, row_stride, jn, nn);
+        if (nn > 0) Fmt::template load<THREADS>(ks, sw.K, row_stride, jn, nn);
         cp_async_commit();
 
         float tm0 = red[h0][0], tm1 = red[h1][0];
@@ -681,7 +723,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_split_mma_kernel(AttnArgs a
             Fmt::template pv<OM_PER_WARP>(o, vs, p, kp, wid, lane);
         }
         __syncthreads();  // ps, red and vs are rewritten by the next tile
-        if (nn > 0) Fmt::load(vs, sw.V, row_stride, jn, nn);
+        if (nn > 0) Fmt::template load<THREADS>(vs, sw.V, row_stride, jn, nn);
         cp_async_commit();
     }
     cp_async_wait<0>();  // (only empty groups are left)
