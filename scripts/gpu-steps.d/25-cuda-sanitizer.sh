@@ -17,10 +17,10 @@ chk() {  # name cmd...
 }
 chk ops "$BUILD/tests/cuda_ops_test" --gtest_filter='CudaOps.*:*CudaAttention.*d64*:*CudaDeltaNet.*/0:CudaGraphs.*'
 chk kernels "$BUILD/tests/cuda_kernels_test" --gtest_filter='*Q4_K*:*Q6_K*:*Q5_0*:CudaArgmax.*:CudaQuantize.*'
-# decode (tensor-core split kernel, its merge) and prompt attention: cp.async
+# decode (tensor-core split kernels, f16 and q8_0 caches, its merge) and prompt attention: cp.async
 # tiles, zero-filled tails, poisoned caches
 chk attention "$BUILD/tests/cuda_decode_test" \
-  --gtest_filter='*CudaDecodeAttention.*d256_g4_f16:*CudaDecodeAttention.*d64_g8_f16:*CudaDecodeAttention.*d128_g2_f32:CudaDecodeAttentionGraph.*'
+  --gtest_filter='*CudaDecodeAttention.*d256_g4_F16:*CudaDecodeAttention.*d256_g4_Q8_0:*CudaDecodeAttention.*d128_g8_Q8_0:*CudaDecodeAttention.*d64_g8_F16:*CudaDecodeAttention.*d128_g2_F32:CudaDecodeAttentionGraph.*'
 chk attention-prefill "$BUILD/tests/cuda_prefill_attention_test" --gtest_filter='*CudaPrefillAttention.*d256_g4:CudaPrefillAttentionDeclines.*'
 chk model "$BUILD/tests/cuda_model_test" --gtest_filter='*tiny_qwen35_q4_k_m*'
 for m in tiny-qwen35.q4_k_m tiny-qwen3.q4_k_m; do

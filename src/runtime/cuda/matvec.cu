@@ -392,14 +392,13 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
 // the 2 x 9216-row gate+up pair, 2 for the 12,352 DeltaNet input rows, 1 for
 // 2560 rows of K = 4096 (bench/results/cuda-h200.md: in back-to-back timing ~16
 // warps per SM was as good, in the whole decode step more warps won).
-// QINFER_CUDA_MV_ROWS=1/2/3/4/6/8 fixes it (A/B).
+// QINFER_CUDA_MV_ROWS=1/2/4/8 fixes it (A/B).
 std::atomic<int> g_rows_override{0};
 int forced_rows() {
     if (const int forced = g_rows_override.load(std::memory_order_relaxed)) return forced;
-    static const int from_env = env_int_of("QINFER_CUDA_MV_ROWS", {1, 2, 3, 4, 6, 8}, 0);
+    static const int from_env = env_int_of("QINFER_CUDA_MV_ROWS", {1, 2, 4, 8}, 0);
     return from_env;
 }
-bool valid_rows(int r) { return r == 1 || r == 2 || r == 3 || r == 4 || r == 6 || r == 8; }
 int rows_for(GgmlType t, int R) { return t == GgmlType::Q4_K ? R : std::max(1, R / 2); }
 
 int sm_count() {
@@ -426,36 +425,9 @@ int64_t rows_warps(const MatvecJob* jobs, int n_jobs, int R) {
 // rows lost with two steps (K = 4096: 5.0 vs 4.5 us at one row per warp).
 constexpr int64_t kLongRow = 8192;
 
-constexpr int rows_min_blocks(int R, int S);
-
-// Blocks of MMV_WARPS warps for the jobs at R rows per warp.
-int64_t rows_blocks(const MatvecJob* jobs, int n_jobs, int R) {
-    int64_t b = 0;
-    for (int i = 0; i < n_jobs; ++i) b += ceil_div(jobs[i].w.N, int64_t(MMV_WARPS) * rows_for(jobs[i].w.type, R));
-    return b;
-}
-
-// Rows per warp that put the whole grid in one wave of resident blocks: the
-// fewest (so the most warps) for which it fits. A grid of 1.45 waves (the
-// gate+up pair at 4 rows per warp) ends with a wave of 45% of the blocks, whose
-// fewer loads in flight stream the last third of the bytes below the
-// bandwidth; at 6 rows per warp the same bytes go in 0.97 of a wave. 0: no
-// choice fits (the LM head). QINFER_CUDA_MV_WAVE=0 turns this off (A/B).
-int one_wave_rows(const MatvecJob* jobs, int n_jobs) {
-    static const bool on = env_int("QINFER_CUDA_MV_WAVE", 0, 1, 1) != 0;
-    if (!on) return 0;
-    bool mixed = false;  // several types: one kernel for all, whose R = 6 spills
-    for (int i = 1; i < n_jobs; ++i) mixed |= jobs[i].w.type != jobs[0].w.type;
-    for (int R : {1, 2, 3, 4, 6, 8})
-        if ((R < 6 || !mixed) && rows_blocks(jobs, n_jobs, R) <= int64_t(rows_min_blocks(R, 1)) * sm_count())
-            return R;
-    return 0;
-}
-
 int choose_rows(const MatvecJob* jobs, int n_jobs) {
     if (const int f = forced_rows()) return f;
     if (jobs[0].w.K >= kLongRow) return 1;
-    if (const int R = one_wave_rows(jobs, n_jobs)) return R;
     const double K = double(jobs[0].w.K);
     const double target = 32.0 * sm_count() * std::min(1.0, 2560.0 / K);
     for (int R : {4, 2})
@@ -568,9 +540,7 @@ __device__ __forceinline__ void rows_store(const MvJobDev& j, int64_t row0, int 
 // pair of 2 x 9216 rows in more than two waves.
 // Two steps in flight take more registers (Q6_K ~96: 5 blocks, 20 warps per SM,
 // one wave for a 2560-row product).
-// R = 3 and 6 are what one_wave_rows picks for the DeltaNet inputs (12,352
-// rows) and the gate+up pair.
-constexpr int rows_min_blocks(int R, int S) { return S > 1 ? 5 : R >= 8 ? 4 : R >= 4 ? 6 : R == 3 ? 7 : 8; }
+constexpr int rows_min_blocks(int R, int S) { return S > 1 ? 5 : R >= 8 ? 4 : R == 4 ? 6 : 8; }
 
 // TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
 template <int R, int TYI, int S = 1>
@@ -634,8 +604,6 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
         if (steps_in_flight(jobs[0].w.K, R) == 2) rows_start<1, 2>(b, int(blocks), mixed, s, act);
         else rows_start<1>(b, int(blocks), mixed, s, act);
     } else if (R == 2) rows_start<2>(b, int(blocks), mixed, s, act);
-    else if (R == 3) rows_start<3>(b, int(blocks), mixed, s, act);
-    else if (R == 6) rows_start<6>(b, int(blocks), mixed, s, act);
     else if (R == 8) rows_start<8>(b, int(blocks), mixed, s, act);
     else rows_start<4>(b, int(blocks), mixed, s, act);
 }
@@ -643,7 +611,7 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
 }  // namespace
 
 void set_matvec_rows(int r) {
-    g_rows_override.store(valid_rows(r) ? r : 0, std::memory_order_relaxed);
+    g_rows_override.store(r == 1 || r == 2 || r == 4 || r == 8 ? r : 0, std::memory_order_relaxed);
 }
 
 // ---- the decode FFN block in one launch (FfnJob in kernels.h)
