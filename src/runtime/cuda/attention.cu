@@ -160,41 +160,32 @@ int q8_split_warps(int d) {
     return d >= 128 ? forced : 4;
 }
 
-// Tiles ahead whose K / V rows the tensor-core split kernel prefetches into
-// L2; QINFER_CUDA_ATTN_L2 sets it (default 0: off; A/B).
-int attention_l2_ahead() {
-    static const int ahead = env_int("QINFER_CUDA_ATTN_L2", 0, 4, 0);
-    return ahead;
-}
-
 // The split kernel for a cache type, its block size and dynamic shared memory.
 struct SplitKernel {
     void (*fn)(AttnArgs);
     int threads;
     size_t smem;
-    bool merges = false;  // the tensor-core kernel: can merge in its last split (AttnArgs::merge_count)
 };
 template <int D, int GT> SplitKernel split_kernel(GgmlType type) {
     switch (type) {
         case GgmlType::F32: return {attn_split_kernel<D, GT, float>, ATTN_THREADS, attn_smem_bytes<D, float>()};
         case GgmlType::F16:
             if (split_on_tensor_cores())
-                return {attn_split_mma_kernel<D, GT, MmaKvF16<D>, 4>, ATTN_THREADS, 2 * size_t(MmaKvF16<D>::TILE), true};
+                return {attn_split_mma_kernel<D, GT, MmaKvF16<D>, 4>, ATTN_THREADS, 2 * size_t(MmaKvF16<D>::TILE)};
             return {attn_split_kernel<D, GT, __half>, ATTN_THREADS, attn_smem_bytes<D, __half>()};
         case GgmlType::Q8_0:
             if constexpr (D >= 128) {
                 if (q8_split_warps(D) == 8)
                     return {attn_split_mma_kernel<D, GT, MmaKvQ8<D>, 8>, 8 * 32,
-                            2 * size_t(MmaKvQ8<D>::TILE) + QFrags<true, D / 16, GT>::BYTES, true};
+                            2 * size_t(MmaKvQ8<D>::TILE) + QFrags<true, D / 16, GT>::BYTES};
             }
-            return {attn_split_mma_kernel<D, GT, MmaKvQ8<D>, 4>, ATTN_THREADS, 2 * size_t(MmaKvQ8<D>::TILE), true};
+            return {attn_split_mma_kernel<D, GT, MmaKvQ8<D>, 4>, ATTN_THREADS, 2 * size_t(MmaKvQ8<D>::TILE)};
         default: fail(strfmt("CUDA attention: cache type %s not supported", type_name(type)));
     }
 }
 
 // Launches the split kernel over at most ns_cap splits and returns the number
-// launched (negative: the splits merged their partials themselves, no merge
-// kernel is needed): no more than one wave of blocks per token (the kernel's resident
+// launched: no more than one wave of blocks per token (the kernel's resident
 // blocks on this device over the kv heads), since a second, partial wave of
 // the longest splits sets the time (d 256 at 32k keys on an H200: 3 blocks per
 // SM, 396 at once; 512 blocks took 51.6 us, 384 took 46.7). The count depends
@@ -209,10 +200,9 @@ int launch_split(GgmlType type, AttnArgs a, int T, int n_kv, int ns_cap, cudaStr
         ns = std::clamp(std::max(1, r.per_sm * r.sms) / n_kv, 1, ns_cap);
     }
     a.n_split = ns;
-    if (!k.merges || ns == 1) a.merge_count = nullptr;
     const dim3 grid(static_cast<unsigned>(n_kv), unsigned(T), unsigned(ns));
     launch("attn_split_kernel", k.fn, dim3(grid), dim3(k.threads), k.smem, s, a);
-    return a.merge_count ? -ns : ns;
+    return ns;
 }
 
 template <int D>
@@ -227,8 +217,7 @@ int launch_d(GgmlType type, const AttnArgs& a, int T, int n_kv, int ns, cudaStre
 }  // namespace
 
 void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale, float* out,
-               void* work, int max_seg_len, cudaStream_t s, const Segment* seg, int n_seg, int fresh,
-               int* merge_count) {
+               void* work, int max_seg_len, cudaStream_t s, const Segment* seg, int n_seg, int fresh) {
     if (T == 0) return;
     // Steps with a prompt chunk of kPrefillMinSegment tokens or more: the
     // tensor-core kernel where it applies (QINFER_CUDA_ATTN_PREFILL=0: the
@@ -258,8 +247,6 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     a.out = out;
     a.work = static_cast<float*>(work);
     a.fresh = fresh;
-    a.l2_ahead = attention_l2_ahead();
-    a.merge_count = T * kv.n_kv <= kAttnMergeCounters ? merge_count : nullptr;
     // the work buffer is sized for attention_splits(); the launch may use fewer
     const int ns_cap = attention_splits(T, kv.n_ctx, max_seg_len);
     if (ns_cap > 1 && !work) fail("CUDA attention: no work buffer for split attention");

@@ -25,13 +25,6 @@ struct AttnArgs {
     // the kernels before this one (this step's kv_store); rows below were written
     // before the kernel chain began (cuda::attention in kernels.h). 0: any row may be.
     int fresh;
-    // Tensor-core split kernel: the K / V rows of the tile this many tiles
-    // ahead are prefetched into L2 as each tile starts (0: none).
-    int l2_ahead;
-    // Non-null (tensor-core split kernel): [T][n_kv] counters, zero before the
-    // launch and left zero after it; the split of a (token, kv head) that
-    // finishes last merges the partials itself, and no merge kernel runs.
-    int* merge_count;
 };
 
 constexpr int ATTN_THREADS = 128;
@@ -111,19 +104,6 @@ template <> __device__ __forceinline__ void to_floats<float>(const int4& v, floa
     f[1] = __int_as_float(v.y);
     f[2] = __int_as_float(v.z);
     f[3] = __int_as_float(v.w);
-}
-
-// Prefetches rows [j, j + n) of one kv head (ROW bytes each, `stride` bytes
-// apart) into L2, all THREADS threads: each row's first byte, every 128 bytes
-// after it and its last byte, so every 128-byte line it touches is named.
-template <int ROW, int THREADS>
-__device__ __forceinline__ void attn_prefetch_rows_l2(const unsigned char* src, int64_t stride, int j, int n) {
-    constexpr int PER_ROW = (ROW + 127) / 128 + 1;
-    for (int i = threadIdx.x; i < n * PER_ROW; i += THREADS) {
-        const int r = i / PER_ROW, c = i % PER_ROW;
-        const unsigned char* p = src + int64_t(j + r) * stride + min(128 * c, ROW - 1);
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-    }
 }
 
 // Copies rows jt .. jt + nk of one kv head (row stride `stride` elements) into
@@ -563,74 +543,6 @@ template <int KSTEPS, int GT> struct QFrags<true, KSTEPS, GT> {
     __device__ uint4 get(int k) const { return f ? f[k * LANES] : make_uint4(0u, 0u, 0u, 0u); }
 };
 
-// The merge of one (token, kv head)'s partials by the split block that
-// finishes last (AttnArgs::merge_count), instead of a merge launch: each split
-// block publishes its partials, then counts itself; the block that brings the
-// count to nu reads every split's partials (L2, not L1: other blocks wrote
-// them), writes the G heads' outputs and sets the count back to zero.
-// The merge as attn_combine_kernel computes it (weights exp(m_s - max m), sum
-// of the weighted rows over the sum of the weighted l), in split order.
-// `smem`: >= (8 * ATTN_MAX_SPLITS + 8) floats no longer in use.
-template <int D, int THREADS>
-__device__ void attn_merge_in_last_split(const AttnArgs& a, unsigned char* smem) {
-    constexpr int PS = D + ATTN_PART_HDR;
-    const int g = blockIdx.x, t = blockIdx.y;  // (recomputed: fewer registers live across the split's loop)
-    const int nu = attn_splits_used(a.pos[t] + 1, a.n_split);
-    __shared__ int is_last;
-    __threadfence();  // this block's partials, device-wide, before it counts itself
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int* count = a.merge_count + int64_t(t) * a.n_kv + g;
-        const int before = atomicAdd(count, 1);
-        is_last = before == nu - 1;
-        if (is_last) {
-            *count = 0;  // every split of this launch has counted
-            __threadfence();
-        }
-    }
-    __syncthreads();
-    if (!is_last) return;
-    const int G = a.group, n_head = a.n_kv * G, ns = a.n_split;
-    const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
-    float* f = reinterpret_cast<float*>(smem);  // [head][split] weights
-    float* lt = f + 8 * ATTN_MAX_SPLITS;        // [head] weighted sums of l
-    const float* w0 = a.work + (int64_t(t) * n_head + int64_t(g) * G) * ns * PS;  // head g G, split 0
-    for (int h = wid; h < G; h += THREADS / WARP) {
-        const float* w = w0 + int64_t(h) * ns * PS;
-        float m = -INFINITY;
-        for (int s = lane; s < nu; s += WARP) m = fmaxf(m, __ldcg(w + int64_t(s) * PS));
-        m = warp_max(m);
-        float l = 0.f;
-        for (int s = lane; s < nu; s += WARP) {
-            const float fs = expf(__ldcg(w + int64_t(s) * PS) - m);
-            f[h * ATTN_MAX_SPLITS + s] = fs;
-            l = fmaf(__ldcg(w + int64_t(s) * PS + 1), fs, l);
-        }
-        l = warp_sum(l);
-        if (lane == 0) lt[h] = l;
-    }
-    __syncthreads();
-    constexpr int C4 = D / 4;  // float4 columns per head
-    for (int i = threadIdx.x; i < G * C4; i += THREADS) {
-        const int h = i / C4, c = (i % C4) * 4;
-        const float* w = w0 + int64_t(h) * ns * PS + ATTN_PART_HDR + c;
-        const float* fh = f + h * ATTN_MAX_SPLITS;
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-        for (int s = 0; s < nu; ++s) {
-            const float4 x = __ldcg(reinterpret_cast<const float4*>(w + int64_t(s) * PS));
-            const float fs = fh[s];
-            acc.x = fmaf(fs, x.x, acc.x);
-            acc.y = fmaf(fs, x.y, acc.y);
-            acc.z = fmaf(fs, x.z, acc.z);
-            acc.w = fmaf(fs, x.w, acc.w);
-        }
-        const float inv = 1.f / lt[h];
-        *reinterpret_cast<float4*>(a.out + (int64_t(t) * n_head + int64_t(g) * G + h) * D + c) =
-            make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-    }
-}
-
 // The split kernel on the tensor cores (sm_80+) for an f16 or q8_0 cache (Fmt
 // above): the same blocks, splits and partials as attn_split_kernel, with both
 // products as mma.sync m16n8k16 (f16 inputs, f32 accumulators). The group's
@@ -725,29 +637,11 @@ __global__ void __launch_bounds__(NW * WARP, 3) attn_split_mma_kernel(AttnArgs a
 #pragma unroll
     for (int i = 0; i < OM_PER_WARP; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
 
-    // L2 prefetch (a.l2_ahead tiles ahead): the cp.async of a tile is issued
-    // only once the buffer it fills is free (its K after the previous tile's
-    // scores, its V after its P V), so without it the cache stream pauses
-    // while the blocks compute; the tiles in between are prefetched here.
-    for (int ahead = 1; ahead < a.l2_ahead; ++ahead) {
-        const int jp = j0 + ahead * TK;
-        if (jp >= j1) break;
-        attn_prefetch_rows_l2<Fmt::ROW, THREADS>(sw.K, row_stride, jp, min(TK, j1 - jp));
-        attn_prefetch_rows_l2<Fmt::ROW, THREADS>(sw.V, row_stride, jp, min(TK, j1 - jp));
-    }
-
     for (int jt = j0; jt < j1; jt += TK) {
         const int nk = min(TK, j1 - jt);
         const int jn = jt + TK, nn = min(TK, j1 - jn);
         cp_async_wait<1>();  // this tile's K
         __syncthreads();
-        if (a.l2_ahead > 0) {  // after this tile's K has come, so as not to delay it
-            const int jp = jt + a.l2_ahead * TK;
-            if (jp < j1) {
-                attn_prefetch_rows_l2<Fmt::ROW, THREADS>(sw.K, row_stride, jp, min(TK, j1 - jp));
-                attn_prefetch_rows_l2<Fmt::ROW, THREADS>(sw.V, row_stride, jp, min(TK, j1 - jp));
-            }
-        }
 
         // scores of the warp's key tiles; c[i]: keys 16 (w SM + i) + grp (c0, c1) and
         // + 8 (c2, c3), heads h0 (c0, c2) and h1 (c1, c3); keys past the tile: -inf
@@ -877,10 +771,6 @@ __global__ void __launch_bounds__(NW * WARP, 3) attn_split_mma_kernel(AttnArgs a
                 w[ATTN_PART_HDR + e1] = o[i][2 + hh];
             }
         }
-    }
-    if (nu > 1 && a.merge_count) {
-        static_assert(2 * Fmt::TILE >= (8 * ATTN_MAX_SPLITS + 8) * sizeof(float), "merge weights overlay the tiles");
-        attn_merge_in_last_split<D, THREADS>(a, attn_smem);  // every warp is past the tiles (lsum barrier)
     }
 }
 

@@ -143,8 +143,6 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
     fuse_gdr_norm_ = fuse_ && !env_is("QINFER_CUDA_FUSE_GDR_NORM", "0");
     fuse_ffn_ = fuse_ && env_is("QINFER_CUDA_FUSE_FFN", "1");
     QINFER_CUDA_CHECK(cudaMemset(scratch(ffn_barrier_, 256, "FFN barrier"), 0, 256));
-    constexpr size_t merge_bytes = cuda::kAttnMergeCounters * sizeof(int);
-    QINFER_CUDA_CHECK(cudaMemset(scratch(attn_merge_, merge_bytes, "attention merge"), 0, merge_bytes));
     profile_ = env_is("QINFER_CUDA_PROFILE", "1");
     skip_ops_ = parse_skip_ops(std::getenv("QINFER_CUDA_SKIP_OPS"));
     if (profile_) {
@@ -186,7 +184,7 @@ CudaBackend::~CudaBackend() {
     for (auto& kv : weights_)
         if (kv.second.f16) cudaFree(kv.second.f16);
     for (Scratch* s : {&act_buf_[0], &act_buf_[1], &attn_work_, &half_w_, &half_x_, &ids_buf_, &cublas_ws_,
-                       &ffn_barrier_, &attn_merge_})
+                       &ffn_barrier_})
         if (s->p) cudaFree(s->p);
     for (int i = 0; i < kStaging; ++i) {
         if (staging_[i]) cudaFreeHost(staging_[i]);
@@ -958,14 +956,11 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     const size_t wb = cuda::attention_work_bytes(T, n_head, d, kv.n_ctx, max_len);
     void* work = wb ? scratch(attn_work_, wb, "attention") : nullptr;
     float* op = static_cast<float*>(out.data);
-    // QINFER_CUDA_ATTN_MERGE=1: the last split merges the partials (no merge launch; A/B)
-    static const bool merge_in_split = env_int("QINFER_CUDA_ATTN_MERGE", 0, 1, 0) != 0;
-    int* merge = merge_in_split ? static_cast<int*>(attn_merge_.p) : nullptr;
     sig(uint32_t(12), qr, kr, vr, kv.k, kv.v, kv.type, d, n_kv, kv.n_ctx, kv.n_slots, pos, slot, T, scale, op, work,
         max_len, seg, n_seg, fresh);
     enqueue([=, s = stream_] {
         cuda::kv_store(kr, vr, kv, pos, slot, T, s);
-        cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s, seg, n_seg, fresh, merge);
+        cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s, seg, n_seg, fresh);
     });
     chain_wrote(kv.k);
     chain_wrote(kv.v);

@@ -158,7 +158,6 @@ private:
     Scratch attn_work_, half_w_, half_x_, ids_buf_;
     Scratch cublas_ws_;
     Scratch ffn_barrier_;  // the grid barrier words of the FFN kernel (zeroed once)
-    Scratch attn_merge_;   // decode attention's merge counters (zeroed once, left zero by every call)
 
     // ---- deferred execution and automatic graphs
     // Ops are queued with a byte signature of everything that shapes their

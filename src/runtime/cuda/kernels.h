@@ -239,12 +239,9 @@ void set_attention_split_max_tokens(int t);
 // that this launch joins began (fresh >= the most tokens of one slot in the
 // step, whose rows kv_store writes just before), so the tensor-core split kernel
 // starts loading them before it waits on the kernels before it. 0: it waits first.
-// merge_count: null, or kAttnMergeCounters zeroed ints that the call leaves
-// zero (T * n_kv of them used): the split blocks then merge their partials
-// themselves (the last of a token's kv head to finish), one launch fewer.
 void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale,
                float* out, void* work, int max_seg_len, cudaStream_t s, const Segment* seg = nullptr, int n_seg = 0,
-               int fresh = 0, int* merge_count = nullptr);
+               int fresh = 0);
 // The same attention for prompt steps on the tensor cores (attention_prefill.cu):
 // tokens given as segments (device array of n_seg, contiguous runs of one
 // sequence in batch order; token first + i at position pos0 + i of slot). Q and

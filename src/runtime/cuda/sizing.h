@@ -23,9 +23,6 @@ constexpr int64_t kF16WeightChunkBytes = int64_t(64) << 20;
 constexpr int kAttnSplitAlign = 64;
 constexpr int kAttnMaxSplits = 128;
 constexpr int kAttnPartHeader = 4;
-// Counters (ints) of the split blocks that merge their own partials (one per
-// token and kv head of a decode step; 16 KB, allocated once).
-constexpr int kAttnMergeCounters = 4096;
 // Steps of up to this many tokens, none with more than kAttnSplitMaxSegment of
 // one sequence, take the split kernel (decode steps).
 constexpr int kAttnSplitMaxTokens = 64;
