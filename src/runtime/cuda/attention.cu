@@ -160,12 +160,6 @@ int q8_split_warps(int d) {
     return d >= 128 ? forced : 4;
 }
 
-// Long decode splits rounded to 16 keys (attn_chunk); QINFER_CUDA_ATTN_FINE=0/1 (A/B).
-int attention_fine_splits() {
-    static const int fine = env_int("QINFER_CUDA_ATTN_FINE", 0, 1, 0);
-    return fine;
-}
-
 // The split kernel for a cache type, its block size and dynamic shared memory.
 struct SplitKernel {
     void (*fn)(AttnArgs);
@@ -253,7 +247,6 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     a.out = out;
     a.work = static_cast<float*>(work);
     a.fresh = fresh;
-    a.fine = attention_fine_splits();
     // the work buffer is sized for attention_splits(); the launch may use fewer
     const int ns_cap = attention_splits(T, kv.n_ctx, max_seg_len);
     if (ns_cap > 1 && !work) fail("CUDA attention: no work buffer for split attention");
@@ -270,11 +263,11 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
         const dim3 grid(static_cast<unsigned>(n_head), unsigned(T), unsigned(kv.d / ATTN_COMBINE_COLS));
         switch (kv.d) {
             case 64: launch("attn_combine_kernel", attn_combine_kernel<64>, dim3(grid), dim3(ATTN_THREADS), 0, s,
-                    a.work, ns, pos, out, a.fine); break;
+                    a.work, ns, pos, out); break;
             case 128: launch("attn_combine_kernel", attn_combine_kernel<128>, dim3(grid), dim3(ATTN_THREADS), 0, s,
-                    a.work, ns, pos, out, a.fine); break;
+                    a.work, ns, pos, out); break;
             default: launch("attn_combine_kernel", attn_combine_kernel<256>, dim3(grid), dim3(ATTN_THREADS), 0, s,
-                    a.work, ns, pos, out, a.fine); break;
+                    a.work, ns, pos, out); break;
         }
         QINFER_CUDA_LAUNCHED("attention combine");
     }

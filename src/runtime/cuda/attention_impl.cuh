@@ -25,7 +25,6 @@ struct AttnArgs {
     // the kernels before this one (this step's kv_store); rows below were written
     // before the kernel chain began (cuda::attention in kernels.h). 0: any row may be.
     int fresh;
-    int fine;  // long splits align to 16 keys, not ATTN_SPLIT_ALIGN (attn_chunk)
 };
 
 constexpr int ATTN_THREADS = 128;
@@ -55,17 +54,12 @@ template <int D, typename KT> __host__ __device__ constexpr size_t attn_smem_byt
 // in use are the first ceil(n / chunk); the rest have nothing to do. Both
 // kernels derive it from pos on the device, so a captured launch (whose grid
 // depends on the capacity only) adapts to the length at every replay.
-// fine: a chunk of more than 4 x ATTN_SPLIT_ALIGN keys is rounded to 16 keys
-// only, so that long contexts use nearly all launched splits (32k keys over
-// 99 splits: 98 of 336 keys, not 86 of 384, whose blocks left a quarter of the
-// SMs with one block less).
-__device__ __forceinline__ int attn_chunk(int n, int ns, int fine) {
+__device__ __forceinline__ int attn_chunk(int n, int ns) {
     const int c = (n + ns - 1) / ns;
-    const int align = fine && c > 4 * ATTN_SPLIT_ALIGN ? 16 : ATTN_SPLIT_ALIGN;
-    return (c + align - 1) / align * align;
+    return (c + ATTN_SPLIT_ALIGN - 1) / ATTN_SPLIT_ALIGN * ATTN_SPLIT_ALIGN;
 }
-__device__ __forceinline__ int attn_splits_used(int n, int ns, int fine) {
-    const int c = attn_chunk(n, ns, fine);
+__device__ __forceinline__ int attn_splits_used(int n, int ns) {
+    const int c = attn_chunk(n, ns);
     return (n + c - 1) / c;
 }
 
@@ -82,7 +76,7 @@ struct AttnSplitWork {
 template <int ROW> __device__ __forceinline__ AttnSplitWork attn_split_work(const AttnArgs& a) {
     const int g = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
     const int n = a.pos[t] + 1;
-    const int chunk = attn_chunk(n, a.n_split, a.fine);
+    const int chunk = attn_chunk(n, a.n_split);
     AttnSplitWork w;
     w.n = n;
     w.nu = (n + chunk - 1) / chunk;
@@ -786,7 +780,7 @@ __global__ void __launch_bounds__(NW * WARP, 3) attn_split_mma_kernel(AttnArgs a
 template <int D>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_combine_kernel(const float* __restrict__ work, int ns,
                                                                     const int32_t* __restrict__ pos,
-                                                                    float* __restrict__ out, int fine) {
+                                                                    float* __restrict__ out) {
     pdl_enter();
     constexpr int PS = D + ATTN_PART_HDR;
     constexpr int CQ = ATTN_COMBINE_COLS / 4;  // float4 columns per block
@@ -797,7 +791,7 @@ __global__ void __launch_bounds__(ATTN_THREADS) attn_combine_kernel(const float*
     __shared__ float4 part[SL][CQ];
     const int h = blockIdx.x, t = blockIdx.y, c0 = blockIdx.z * ATTN_COMBINE_COLS, n_head = gridDim.x;
     const int tid = threadIdx.x;
-    const int nu = attn_splits_used(pos[t] + 1, ns, fine);
+    const int nu = attn_splits_used(pos[t] + 1, ns);
     if (nu <= 1) return;
     const float* w = work + (int64_t(t) * n_head + h) * ns * PS;
     const float ms = tid < nu ? w[tid * PS] : -INFINITY;
