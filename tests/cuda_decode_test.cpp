@@ -491,10 +491,10 @@ TEST(CudaDecodeAttentionGraph, ReplayFollowsTheLengthOnTheDevice) {
 
 // Qwen3.5-4B's full-attention layers: 16 q heads, 4 kv heads, d 256, a cache
 // of 32768, f16 and q8_0 (half the bytes). "warm": 200 calls on one slot (at
-// 32k keys 71 MB of q8_0, 134 MB of f16: part of it stays in a 50 MB L2 from
-// one call to the next); "cold": 4 slots in turn, as a model's layers read
-// their caches (each layer's cache is read once per token, with the other
-// layers' weights and caches in between).
+// 32k keys 71 MB of q8_0, 134 MB of f16, some of which may stay in a 50 MB L2
+// and the address translation caches from one call to the next); "cold": 4
+// slots in turn, closer to a model, whose layers each read their own cache
+// once per token with the other layers' weights and caches in between.
 TEST(CudaDecodeAttentionTiming, Qwen35Shape) {
     REQUIRE_GPU();
     const int64_t d = 256, n_kv = 4, n_head = 16, n_ctx = 32768;
