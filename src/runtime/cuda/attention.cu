@@ -247,6 +247,8 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     a.out = out;
     a.work = static_cast<float*>(work);
     a.fresh = fresh;
+    static const int trigger_late = env_int("QINFER_CUDA_ATTN_LATE_TRIGGER", 0, 1, 1);
+    a.trigger_late = trigger_late;
     // the work buffer is sized for attention_splits(); the launch may use fewer
     const int ns_cap = attention_splits(T, kv.n_ctx, max_seg_len);
     if (ns_cap > 1 && !work) fail("CUDA attention: no work buffer for split attention");

@@ -25,6 +25,12 @@ struct AttnArgs {
     // the kernels before this one (this step's kv_store); rows below were written
     // before the kernel chain began (cuda::attention in kernels.h). 0: any row may be.
     int fresh;
+    // The split kernel lets the next kernel be scheduled only after its tile
+    // loop (1, QINFER_CUDA_ATTN_LATE_TRIGGER's default) or as the other kernels
+    // do (0): blocks of the kernels after it, scheduled early, wait on SMs that
+    // its later blocks need (decode at 32k keys: 0.905 x decode at 512 against
+    // 0.879 on an H100, tg128 +2%; bench/results).
+    int trigger_late;
 };
 
 constexpr int ATTN_THREADS = 128;
@@ -584,7 +590,7 @@ template <int KSTEPS, int GT> struct QFrags<true, KSTEPS, GT> {
 // warps to hide the latencies with.
 template <int D, int GT, typename Fmt, int NW>
 __global__ void __launch_bounds__(NW * WARP, 3) attn_split_mma_kernel(AttnArgs a) {
-    pdl_launch_dependents();
+    if (!a.trigger_late) pdl_trigger_at_top();
     constexpr int TK = Fmt::TK;
     constexpr int THREADS = NW * WARP;
     constexpr int KSTEPS = D / 16;             // score k-steps over the head dim
@@ -622,7 +628,8 @@ __global__ void __launch_bounds__(NW * WARP, 3) attn_split_mma_kernel(AttnArgs a
         Fmt::template load<THREADS>(ks, sw.K, row_stride, j0, nk0, 0, early);
         Fmt::template load<THREADS>(vs, sw.V, row_stride, j0, nk0, 0, early);
     }
-    pdl_wait();
+    if (a.trigger_late) pdl_wait();
+    else pdl_wait_inputs();
     Fmt::template load<THREADS>(ks, sw.K, row_stride, j0, nk0, early, TK);
     cp_async_commit();
     Fmt::template load<THREADS>(vs, sw.V, row_stride, j0, nk0, early, TK);
@@ -727,6 +734,7 @@ __global__ void __launch_bounds__(NW * WARP, 3) attn_split_mma_kernel(AttnArgs a
         cp_async_commit();
     }
     cp_async_wait<0>();  // (only empty groups are left)
+    if (a.trigger_late) pdl_launch_dependents();
 
     // the row sums: over the 8 lanes of a quad, then over the warps (in warp order)
 #pragma unroll
