@@ -6,7 +6,6 @@
 #include <mutex>
 #include <tuple>
 #include <utility>
-#include <vector>
 
 namespace qinfer::cuda {
 
@@ -27,24 +26,6 @@ bool pdl_enabled() {
         return fa.ptxVersion >= 90;  // built from sm_90+ code, so pdl_wait() is compiled in
     }();
     return enabled;
-}
-
-namespace {
-std::vector<void (*)(int)>& pdl_trigger_setters() {
-    static std::vector<void (*)(int)> setters;  // filled at static initialization
-    return setters;
-}
-}  // namespace
-
-void register_pdl_trigger_setter(void (*set)(int mode)) { pdl_trigger_setters().push_back(set); }
-
-void pdl_configure_device() {
-    static const int mode = [] {
-        const char* v = std::getenv("QINFER_CUDA_PDL_TRIGGER");
-        return v && (std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0) ? std::atoi(v) : 0;
-    }();
-    if (mode == 0) return;  // the constants start at 0
-    for (auto* set : pdl_trigger_setters()) set(mode);
 }
 
 void allow_dynamic_smem(const void* kernel, size_t bytes) {
