@@ -590,7 +590,7 @@ template <int KSTEPS, int GT> struct QFrags<true, KSTEPS, GT> {
 // warps to hide the latencies with.
 template <int D, int GT, typename Fmt, int NW>
 __global__ void __launch_bounds__(NW * WARP, 3) attn_split_mma_kernel(AttnArgs a) {
-    if (!a.trigger_late) pdl_launch_dependents();
+    if (!a.trigger_late) pdl_trigger_at_top();
     constexpr int TK = Fmt::TK;
     constexpr int THREADS = NW * WARP;
     constexpr int KSTEPS = D / 16;             // score k-steps over the head dim
@@ -628,7 +628,8 @@ __global__ void __launch_bounds__(NW * WARP, 3) attn_split_mma_kernel(AttnArgs a
         Fmt::template load<THREADS>(ks, sw.K, row_stride, j0, nk0, 0, early);
         Fmt::template load<THREADS>(vs, sw.V, row_stride, j0, nk0, 0, early);
     }
-    pdl_wait();
+    if (a.trigger_late) pdl_wait();
+    else pdl_wait_inputs();
     Fmt::template load<THREADS>(ks, sw.K, row_stride, j0, nk0, early, TK);
     cp_async_commit();
     Fmt::template load<THREADS>(vs, sw.V, row_stride, j0, nk0, early, TK);

@@ -20,6 +20,7 @@
 namespace qinfer {
 namespace cuda {
 bool pdl_enabled();  // launch.cuh (device code: not includable here)
+void pdl_configure_device();
 }
 
 using cuda::Rows;
@@ -126,6 +127,7 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
         fail(strfmt("CUDA: %s has compute capability %d.%d; the kernels need 8.0 or newer", prop.name, prop.major,
                     prop.minor));
     name_ = strfmt("CUDA%d", device);
+    cuda::pdl_configure_device();
     QINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     QINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking));
     cublasHandle_t h = nullptr;

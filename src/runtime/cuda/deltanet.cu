@@ -115,8 +115,8 @@ constexpr int GDR_NORM_WARPS = 8;  // 32 rows a block: a cluster of 4 x 2 blocks
 template <int KPL, int W = GDR_WARPS, int QK = 0>
 __global__ void __launch_bounds__(W * WARP)
     gdr_seq_kernel(DeltaArgs p, const Segment* __restrict__ seg, int max_count, GdrNormDev nd) {
-    pdl_launch_dependents();
-    if (!p.state_early) pdl_wait();
+    pdl_trigger_at_top();
+    if (!p.state_early) pdl_wait_inputs();
     // the segments are copied in before the step's kernels: readable before the wait
     const int j = blockIdx.y;
     const Segment sg = seg[blockIdx.z];
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(W * WARP)
 #pragma unroll
         for (int i = 0; i < KPL; ++i)
             s[r][i] = r0 + r < dv ? S[int64_t(r0 + r) * dk + lane + 32 * i] : 0.f;
-    if (p.state_early) pdl_wait();  // q, k, v, a and b come from the kernels before this one
+    if (p.state_early) pdl_wait_inputs();  // q, k, v, a and b come from the kernels before this one
     const float scale = rsqrtf(float(dk));
     const float dtb = p.dt_bias[j], A = p.ssm_a[j];
     // Inputs of token t+1 are loaded while token t is computed: the chain through

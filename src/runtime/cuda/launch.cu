@@ -4,8 +4,10 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace qinfer::cuda {
 
@@ -26,6 +28,44 @@ bool pdl_enabled() {
         return fa.ptxVersion >= 90;  // built from sm_90+ code, so pdl_wait() is compiled in
     }();
     return enabled;
+}
+
+namespace {
+struct PdlTriggerSetter {
+    const char* file;  // the translation unit whose constant it sets
+    void (*set)(int mode);
+};
+std::vector<PdlTriggerSetter>& pdl_trigger_setters() {
+    static std::vector<PdlTriggerSetter> setters;  // filled at static initialization
+    return setters;
+}
+}  // namespace
+
+void register_pdl_trigger_setter(const char* file, void (*set)(int mode)) {
+    pdl_trigger_setters().push_back({file, set});
+}
+
+void pdl_configure_device() {
+    static const int mode = [] {
+        const char* v = std::getenv("QINFER_CUDA_PDL_TRIGGER");
+        return v && (std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0) ? std::atoi(v) : 0;
+    }();
+    if (mode == 0) return;  // the constants start at 0
+    // QINFER_CUDA_PDL_TRIGGER_FILES=matvec,deltanet: only the kernels of those
+    // source files (names contained in their paths) move their trigger.
+    const char* files = std::getenv("QINFER_CUDA_PDL_TRIGGER_FILES");
+    std::vector<std::string> only;
+    for (const char* p = files; p && *p;) {
+        const char* e = std::strchr(p, ',');
+        const size_t n = e ? size_t(e - p) : std::strlen(p);
+        if (n) only.emplace_back(p, n);
+        p = e ? e + 1 : p + n;
+    }
+    for (const auto& s : pdl_trigger_setters()) {
+        bool chosen = only.empty();
+        for (const auto& name : only) chosen = chosen || std::strstr(s.file, name.c_str()) != nullptr;
+        if (chosen) s.set(mode);
+    }
 }
 
 void allow_dynamic_smem(const void* kernel, size_t bytes) {

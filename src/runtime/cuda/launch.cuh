@@ -42,11 +42,38 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// Where kernels let their dependents be scheduled (QINFER_CUDA_PDL_TRIGGER, an
+// A/B switch): 0 at their top, 1 once their inputs are ready (after pdl_wait), 2
+// only at their exit. At the top, a chain of short kernels each triggering at
+// once can put several kernels' blocks on the SMs, waiting, beside the one that
+// works. Kept per translation unit (the build has no relocatable device code)
+// and set on each device by pdl_configure_device(); QINFER_CUDA_PDL_TRIGGER_FILES
+// limits it to some source files.
+void register_pdl_trigger_setter(const char* file, void (*set)(int mode));
+void pdl_configure_device();
+#ifdef __CUDACC__
+namespace {
+__constant__ int pdl_trigger_mode;
+void set_pdl_trigger_mode(int mode) { cudaMemcpyToSymbol(pdl_trigger_mode, &mode, sizeof mode); }
+[[maybe_unused]] const bool pdl_trigger_registered =
+    (register_pdl_trigger_setter(__BASE_FILE__, &set_pdl_trigger_mode), true);
+
+// At a kernel's top, before anything it waits for.
+__device__ __forceinline__ void pdl_trigger_at_top() {
+    if (pdl_trigger_mode == 0) pdl_launch_dependents();
+}
+// pdl_wait(), then the trigger when it goes once the inputs are ready.
+__device__ __forceinline__ void pdl_wait_inputs() {
+    pdl_wait();
+    if (pdl_trigger_mode == 1) pdl_launch_dependents();
+}
 // Both, at the top of a kernel with nothing to do before its inputs are ready.
 __device__ __forceinline__ void pdl_enter() {
-    pdl_launch_dependents();
-    pdl_wait();
+    pdl_trigger_at_top();
+    pdl_wait_inputs();
 }
+}  // namespace
+#endif
 
 // Whether launch() asks for PDL: the device is sm_90 or newer, the kernels were
 // compiled for it (not JIT-compiled from the sm_80 PTX, which has no waits),

@@ -81,9 +81,9 @@ mmv_q_kernel(WArgs w, ActQ A, int64_t N, int T, float* __restrict__ y, int64_t l
     using Q = QDot<TY>;
     const int64_t row = int64_t(blockIdx.x) * MMV_WARPS + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP;
-    pdl_launch_dependents();
+    pdl_trigger_at_top();
     if (row < N) prefetch_row_l2(w, TY, row, lane);
-    pdl_wait();
+    pdl_wait_inputs();
     if (row >= N) return;
     const int tok0 = blockIdx.y * NT;
     int tk[NT];
@@ -337,9 +337,9 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
     const MvJobDev& j = b.job[ji];
     const int64_t row = int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP;
-    pdl_launch_dependents();
+    pdl_trigger_at_top();
     if (row < j.N) prefetch_row_l2(j.w, GgmlType(j.type), row, lane);
-    pdl_wait();
+    pdl_wait_inputs();
     if (row >= j.N) return;
     float acc[NT];
 #pragma unroll
@@ -461,7 +461,7 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
 #pragma unroll
             for (int r = 0; r < RR; ++r) cw[s][r] = U::load_w(w, blk0[r], u + WARP * s);
         }
-    pdl_wait();  // weights only so far; the activations are the previous kernel's output
+    pdl_wait_inputs();  // weights only so far; the activations are the previous kernel's output
     if (u >= units) return;
 #pragma unroll
     for (int s = 0; s < S; ++s)
@@ -554,7 +554,7 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, S)) mmv_r
     const int rpw = j.rpw;
     const int64_t row0 = (int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP) * rpw;
     const int lane = threadIdx.x % WARP;
-    pdl_launch_dependents();
+    pdl_trigger_at_top();
     if (row0 < j.N) {
         float acc[R];
         rows_of_type<R, S>(type, j.w, row0, j.N, A, lane, acc);
@@ -734,7 +734,7 @@ __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
     const int lane = threadIdx.x % WARP, wib = threadIdx.x / WARP, nwb = blockDim.x / WARP;
     const int kmax = max(f.E, f.F);
     PhaseClock clk(f.clocks);
-    pdl_launch_dependents();
+    pdl_trigger_at_top();
     {
         const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, nt = int64_t(gridDim.x) * blockDim.x;
 #pragma unroll
@@ -743,7 +743,7 @@ __global__ void __maxnreg__(96) ffn_decode_kernel(const FfnDev f) {
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(f.pf[i] + off));
     }
     clk.mark(0);
-    pdl_wait();
+    pdl_wait_inputs();
     clk.mark(1);
 
     // rms_norm + quantization: lane holds elements 256 wib + 8 lane + [0, 8)
