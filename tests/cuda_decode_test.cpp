@@ -240,6 +240,84 @@ TEST(CudaDecodeArgmax, Timing) {
     }
 }
 
+// ---------------------------------------------------------------- top-k candidates
+
+// top_k_rows against the host's Backend::top_k order (top_k_order: larger
+// logit first, -0 as +0, NaN last, the lower index among equals), values
+// bit for bit, on rows with many ties, NaN, infinities and zeros of both signs.
+void check_top_k(const std::vector<float>& rows, int64_t ld, int64_t n, int64_t T, int k, Dev& dl, Dev& dv, Dev& di,
+                 Dev& dw, const char* what) {
+    ASSERT_LE(cuda::top_k_work_bytes(n, T, k), dw.bytes);
+    ASSERT_EQ(cudaMemcpy(dl.p, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dv.p, 0x7f, size_t(T * k) * 4), cudaSuccess);  // poison
+    ASSERT_EQ(cudaMemset(di.p, 0x7f, size_t(T * k) * 4), cudaSuccess);
+    cuda::top_k_rows(dl.as<float>(), ld, n, T, k, dv.as<float>(), di.as<int32_t>(), dw.p, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> v(size_t(T * k));
+    std::vector<int32_t> id(size_t(T * k));
+    ASSERT_EQ(cudaMemcpy(v.data(), dv.p, v.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(id.data(), di.p, id.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t t = 0; t < T; ++t) {
+        std::vector<uint64_t> best;
+        top_k_slice(&rows[size_t(t * ld)], 0, n, k, best);
+        std::sort(best.begin(), best.end(), std::greater<uint64_t>());
+        for (int j = 0; j < k; ++j) {
+            const int64_t want = top_k_index(best[size_t(j)]);
+            ASSERT_EQ(id[size_t(t * k + j)], want) << what << " n " << n << " k " << k << " row " << t << " rank " << j;
+            ASSERT_EQ(std::memcmp(&v[size_t(t * k + j)], &rows[size_t(t * ld + want)], 4), 0) << what << " rank " << j;
+        }
+    }
+}
+
+TEST(CudaDecodeTopK, MatchesHostOrder) {
+    REQUIRE_GPU();
+    const int64_t kMaxN = 248320, T = 3;
+    Dev dl(size_t(kMaxN + 5) * size_t(T) * 4), dv(size_t(T) * 256 * 4), di(size_t(T) * 256 * 4);
+    Dev dw(cuda::top_k_work_bytes(kMaxN, T, 1) + cuda::top_k_work_bytes(kMaxN, T, 256));
+    ASSERT_TRUE(dl.p && dv.p && di.p && dw.p);
+    uint32_t seed = 5;
+    for (int64_t n : {256, 1000, 4097, 65537, 248320}) {
+        for (int k : {1, 2, 40, 64, 255, 256}) {
+            if (k > n) continue;
+            const int64_t ld = n + 5;
+            std::vector<float> rows = randn(size_t(ld * T), seed++, 3.f);
+            // row 0: logits on a coarse grid (ties everywhere); row 1: specials
+            for (int64_t i = 0; i < n; ++i) rows[size_t(i)] = std::round(rows[size_t(i)] * 2.f) / 2.f;
+            float* r1 = &rows[size_t(ld)];
+            r1[0] = kNaN;
+            r1[1] = -0.0f;
+            r1[2] = 0.0f;
+            r1[n / 2] = kInf;
+            r1[n - 1] = -kInf;
+            r1[n / 3] = kNaN;
+            check_top_k(rows, ld, n, T, k, dl, dv, di, dw, "random");
+            // every value equal (zeros of both signs): the lowest indices win
+            for (int64_t i = 0; i < ld * T; ++i) rows[size_t(i)] = (i % 3) ? 0.0f : -0.0f;
+            check_top_k(rows, ld, n, T, k, dl, dv, di, dw, "zeros");
+        }
+    }
+}
+
+TEST(CudaDecodeTopK, Timing) {
+    REQUIRE_GPU();
+    const int64_t n = 248320;
+    Dev dl(size_t(n) * 4 * 64), dv(256 * 4 * 64), di(256 * 4 * 64), dw(cuda::top_k_work_bytes(n, 64, 40) +
+                                                                        cuda::top_k_work_bytes(n, 64, 256));
+    ASSERT_TRUE(dl.p && dv.p && di.p && dw.p);
+    std::vector<float> rows = randn(size_t(n) * 64, 3);
+    CU(cudaMemcpy(dl.p, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+    for (int64_t T : {1, 64}) {
+        for (int k : {40, 256}) {
+            const double us = time_us([&] {
+                cuda::top_k_rows(dl.as<float>(), n, n, T, k, dv.as<float>(), di.as<int32_t>(), dw.p, nullptr);
+            });
+            CU(cudaGetLastError());
+            std::printf("[ top_k ] %lld rows of %lld floats, k %d: %.2f us per call (200 calls)\n", (long long)T,
+                        (long long)n, k, us);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- attention
 
 using Cache = test::KvTestCache;

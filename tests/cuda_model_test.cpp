@@ -481,5 +481,47 @@ INSTANTIATE_TEST_SUITE_P(Reference, CudaGreedy,
                                            "large/tiny-qwen2.f16"),
                          param_name);
 
+// forward_top on the GPU: each decode step's candidates (selected on the
+// device, recorded in the step graph and replayed) are the best of the logits
+// the same step gives on another slot, values bit for bit.
+class CudaTop : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaTop, CandidatesAreTheBestLogits) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const std::string path = test::reference_path(GetParam());
+    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    ModelOptions opt = options(64);
+    opt.n_slots = 2;
+    auto gpu = load_gpu(path, opt);
+    const int64_t V = gpu->hparams().n_vocab;
+    std::vector<float> logits, top;
+    std::vector<int32_t> ids;
+    for (int n : {40, 256, 1}) {
+        gpu->clear_slot(0);
+        gpu->clear_slot(1);
+        int32_t next = kS7[0];
+        for (int pos = 0; pos < 10; ++pos) {  // token by token: the step graph records, then replays
+            Batch b0, b1;
+            b0.add(next, pos, 0, true);
+            b1.add(next, pos, 1, true);
+            gpu->forward(b0, logits);
+            gpu->forward_top(b1, n, top, ids);
+            ASSERT_EQ(ids.size(), size_t(n));
+            std::vector<int32_t> order(static_cast<size_t>(V));
+            for (int64_t i = 0; i < V; ++i) order[size_t(i)] = int32_t(i);
+            std::stable_sort(order.begin(), order.end(),
+                             [&](int32_t a, int32_t c) { return logits[size_t(a)] > logits[size_t(c)]; });
+            for (int j = 0; j < n; ++j) {
+                ASSERT_EQ(ids[size_t(j)], order[size_t(j)]) << "n " << n << " pos " << pos << " rank " << j;
+                ASSERT_EQ(top[size_t(j)], logits[size_t(order[size_t(j)])]);
+            }
+            next = pos + 1 < int(kS7.size()) ? kS7[size_t(pos + 1)] : ids[0];
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, CudaTop, ::testing::Values("tiny-qwen35.f16.gguf", "tiny-qwen3.q4_k_m.gguf"),
+                         param_name);
+
 }  // namespace
 }  // namespace qinfer

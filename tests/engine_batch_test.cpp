@@ -9,6 +9,7 @@
 #include "engine/batch_step.h"
 #include "engine/sequence.h"
 #include "model/model.h"
+#include "sampling/sampler.h"
 #include "qinfer/engine.h"
 #include "testutil.h"
 #include "tokenizer/tokenizer.h"
@@ -74,4 +75,85 @@ TEST(BatchStep, ManySequencesMatchSingleRuns) {
         EXPECT_EQ(seqs[size_t(s)]->result().tokens, alone[size_t(s)]) << "sequence " << s;
         EXPECT_EQ(seqs[size_t(s)]->result().finish_reason, FinishReason::Length);
     }
+}
+
+// Sampled sequences through BatchStep (which asks the model for a few
+// candidates per row where the samplers allow it: top-k sampling, greedy with
+// penalties) draw the tokens that sampling whole rows of logits draws, with
+// the same seeds; a sequence that needs whole rows (top-k off) sends the step
+// back to logits.
+TEST(BatchStep, SampledSequencesDrawWhatWholeRowsDraw) {
+    const std::string path = test::reference_path("tiny-qwen35.q8_0.gguf");
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "reference model missing: " << path;
+    EngineOptions o;
+    o.n_ctx = 96;
+    o.n_slots = 3;
+    o.n_batch = 16;
+    o.n_threads = 2;
+    auto engine = Engine::load(path, o);
+    Model& model = engine->model();
+    const Tokenizer& tok = engine->tokenizer();
+    const int n_vocab = int(model.hparams().n_vocab);
+    const std::vector<int32_t> prompt = {8193, 872, 198, 39, 4791, 1879, 8194};
+
+    std::vector<GenerateRequest> reqs(3);
+    reqs[0].sampling.temperature = 1.2f;  // top-k 40 (the default), a high temperature
+    reqs[0].sampling.seed = 11;
+    reqs[1].sampling.temperature = 0.0f;  // greedy, but penalised: not the backend's argmax
+    reqs[1].sampling.repeat_penalty = 1.5f;
+    reqs[1].sampling.presence_penalty = 4.0f;
+    reqs[2].sampling.temperature = 1.0f;
+    reqs[2].sampling.top_k = 7;
+    reqs[2].sampling.repeat_penalty = 1.3f;
+    reqs[2].sampling.frequency_penalty = 2.0f;
+    reqs[2].sampling.logit_bias = {{198, -3.0f}};
+    reqs[2].sampling.seed = 12;
+    for (GenerateRequest& r : reqs) {
+        r.max_tokens = 24;
+        r.stop_at_eog = false;
+    }
+    // Runs the sequences in `which` together; `whole_rows`: sequence 0 samples
+    // top-p over the whole row, so every step sends logits back for all.
+    auto generate = [&](std::vector<int> which, bool whole_rows) {
+        std::vector<GenerateRequest> rs = reqs;
+        if (whole_rows) rs[0].sampling.top_k = 0;
+        std::vector<std::unique_ptr<Sequence>> seqs(3);
+        std::vector<Sequence*> running;
+        for (int s : which) {
+            model.clear_slot(s);
+            seqs[size_t(s)] = std::make_unique<Sequence>(tok, n_vocab, o.n_ctx, s, rs[size_t(s)]);
+            seqs[size_t(s)]->set_prompt(prompt);
+            running.push_back(seqs[size_t(s)].get());
+        }
+        BatchStep step(model);
+        for (int steps = 0; step.run(running) > 0; steps++) EXPECT_LT(steps, 100);
+        std::vector<std::vector<int32_t>> out(3);
+        for (int s : which) out[size_t(s)] = seqs[size_t(s)]->result().tokens;
+        return out;
+    };
+    // Sequences 1 and 2 from as many candidates as each needs, then from whole rows.
+    const auto few = generate({1, 2}, false), whole = generate({0, 1, 2}, true);
+    for (int s = 1; s < 3; s++) {
+        ASSERT_EQ(few[size_t(s)].size(), 24u);
+        EXPECT_EQ(few[size_t(s)], whole[size_t(s)]) << "sequence " << s;
+    }
+    // Sequence 0 from its 40 candidates against the same sampler over whole rows.
+    GenerateRequest alone = reqs[0];
+    alone.prompt_ids = prompt;
+    alone.reuse_cache = false;
+    std::vector<float> logits;
+    Sampler sampler(alone.sampling, n_vocab);
+    model.clear_slot(0);
+    Batch b;
+    for (size_t i = 0; i < prompt.size(); i++) b.add(prompt[i], int32_t(i), 0, i + 1 == prompt.size());
+    std::vector<int32_t> want;
+    for (int t = 0; t < 24; t++) {
+        model.forward(b, logits);
+        const int32_t id = sampler.sample(logits.data());
+        sampler.accept(id);
+        want.push_back(id);
+        b.clear();
+        b.add(id, int32_t(prompt.size()) + t, 0, true);
+    }
+    EXPECT_EQ(generate({0}, false)[0], want);
 }

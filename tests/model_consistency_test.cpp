@@ -277,6 +277,43 @@ TEST_P(Consistency, ForwardArgmaxPicksTheLargestLogit) {
     EXPECT_EQ(m->slot_length(1), int(kPrompt.size()) + 1);
 }
 
+// forward_top's candidates are the best logits of the rows forward() returns,
+// in the sampler's order (larger first, the lower id among equals), with
+// their exact values; a batch that needs several head chunks, too.
+TEST_P(Consistency, ForwardTopReturnsTheBestLogits) {
+    ModelOptions opt = options();
+    opt.n_batch = 70;
+    opt.n_ctx = 80;
+    auto m = Model::load(model_path(GetParam()), opt);
+    const int64_t V = m->hparams().n_vocab;
+    Batch b0, b1;  // 70 rows: more than one head chunk of 64
+    for (int i = 0; i < 70; ++i) {
+        const int32_t tok = int32_t(100 + (i * 37) % int(V - 200));
+        b0.add(tok, i, 0, true);
+        b1.add(tok, i, 1, true);
+    }
+    std::vector<float> logits, top;
+    std::vector<int32_t> ids;
+    m->forward(b0, logits);
+    const int n = 40;
+    m->forward_top(b1, n, top, ids);
+    ASSERT_EQ(ids.size(), 70u * n);
+    ASSERT_EQ(top.size(), 70u * n);
+    for (size_t r = 0; r < 70; ++r) {
+        const float* row = logits.data() + r * size_t(V);
+        std::vector<int32_t> order(static_cast<size_t>(V));
+        for (int64_t i = 0; i < V; ++i) order[size_t(i)] = int32_t(i);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+        for (int j = 0; j < n; ++j) {
+            ASSERT_EQ(ids[r * n + size_t(j)], order[size_t(j)]) << GetParam() << " row " << r << " rank " << j;
+            ASSERT_EQ(top[r * n + size_t(j)], row[order[size_t(j)]]);
+        }
+    }
+    EXPECT_EQ(m->slot_length(1), 70);
+    EXPECT_THROW(m->forward_top(b1, 0, top, ids), Error);
+    EXPECT_THROW(m->forward_top(b1, Model::kMaxTop + 1, top, ids), Error);
+}
+
 TEST_P(Consistency, SnapshotRestoresExactState) {
     auto m = Model::load(model_path(GetParam()), options());
     const std::vector<float> prefix = run(*m, kPrompt, 0, 10, 0);

@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <atomic>
 #include <chrono>
 #include <random>
 #include <thread>
 
+#include "common/error.h"
 #include "common/fp16.h"
 #include "common/thread_pool.h"
 #include "gguf/gguf.h"
@@ -615,6 +617,57 @@ TEST(RuntimeOps, CpuDecodeRowsSplitOverThePool) {
     const std::vector<float> gs = random_vec(size_t(n), 80, -6, 6), us = random_vec(size_t(n), 81);
     for (int64_t i = 0; i < n; i += 997)
         EXPECT_NEAR(results[1][0][size_t(i)], silu(gs[size_t(i)]) * us[size_t(i)], 1e-5) << i;
+}
+
+// top_k: the k best of each row as the sampler orders them (larger logit
+// first, -0 equal to +0, NaN last, the lower id first among equals), with
+// the values as they are in the row; the pool's slices must not change it.
+TEST(RuntimeOps, TopKOrdersAsTheSampler) {
+    const int64_t V = 40000, T = 3;
+    std::vector<float> lg = random_vec(size_t(V * T), 91, -4, 4);
+    for (size_t i = 0; i < lg.size(); i += 3) lg[i] = std::round(lg[i]);  // many ties, across slices
+    lg[5] = -0.0f;
+    lg[6] = 0.0f;
+    lg[size_t(V) + 7] = NAN;
+    lg[size_t(V) + 8] = -INFINITY;
+    for (int64_t i = 0; i < V; ++i) lg[size_t(2 * V + i)] = i % 2 ? -0.0f : 0.0f;  // a row of zeros
+    auto reference = [&](int64_t t, int64_t k, std::vector<int32_t>& ids) {
+        const float* row = &lg[size_t(t * V)];
+        std::vector<int32_t> order(static_cast<size_t>(V));
+        for (int64_t i = 0; i < V; ++i) order[size_t(i)] = int32_t(i);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+            const float x = row[a], y = row[b];
+            if (std::isnan(x) || std::isnan(y)) return !std::isnan(x) && std::isnan(y);
+            return x > y;
+        });
+        ids.assign(order.begin(), order.begin() + k);
+    };
+    for (int threads : {1, 4}) {
+        auto be = make_cpu_backend(std::make_shared<ThreadPool>(threads));
+        const Tensor logits = upload(*be, lg, {V, T});
+        for (int64_t k : {1, 7, 40, 256}) {
+            for (bool base : {false, true}) {
+                Tensor values = be->alloc(GgmlType::F32, {k, T}), ids = be->alloc(GgmlType::I32, {k, T});
+                if (base) be->Backend::top_k(logits, values, ids);
+                else be->top_k(logits, values, ids);
+                std::vector<float> v(size_t(k * T));
+                std::vector<int32_t> id(size_t(k * T)), want;
+                be->read(values, v.data(), v.size() * 4);
+                be->read(ids, id.data(), id.size() * 4);
+                for (int64_t t = 0; t < T; ++t) {
+                    reference(t, k, want);
+                    for (int64_t j = 0; j < k; ++j) {
+                        ASSERT_EQ(id[size_t(t * k + j)], want[size_t(j)])
+                            << "threads " << threads << " k " << k << " base " << base << " row " << t << " rank " << j;
+                        const float a = v[size_t(t * k + j)], b = lg[size_t(t * V + want[size_t(j)])];
+                        ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << "value of rank " << j;
+                    }
+                }
+            }
+        }
+        Tensor bad = be->alloc(GgmlType::F32, {V + 1, T}), bad_ids = be->alloc(GgmlType::I32, {V + 1, T});
+        EXPECT_THROW(be->top_k(logits, bad, bad_ids), Error);  // k > V
+    }
 }
 
 }  // namespace

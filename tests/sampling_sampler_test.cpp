@@ -305,3 +305,120 @@ TEST(Sampler, RejectsBadParameters) {
     EXPECT_THROW(Sampler(p, 10), Error);
     EXPECT_THROW(Sampler(SamplingParams{}, 0), Error);
 }
+
+// sample_top on the candidates_needed() best raw logits draws what sample()
+// draws from the whole row, for every parameter set that allows it: the same
+// token and the same use of the RNG, step after step.
+TEST(Sampler, TopCandidatesDrawWhatTheWholeRowDraws) {
+    const int n_vocab = 3000;
+    Rng r(7);
+    // The backend's order: logit descending, the lower id first among equals.
+    auto best = [&](const std::vector<float>& l, int n, std::vector<float>& v, std::vector<int32_t>& id) {
+        std::vector<int32_t> order(l.size());
+        for (size_t i = 0; i < l.size(); i++) order[i] = int32_t(i);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[size_t(a)] > l[size_t(b)]; });
+        v.clear();
+        id.clear();
+        for (int i = 0; i < n; i++) {
+            id.push_back(order[size_t(i)]);
+            v.push_back(l[size_t(order[size_t(i)])]);
+        }
+    };
+    struct Case {
+        float temp;
+        int top_k;
+        float top_p, min_p, repeat, presence, frequency;
+        int min_keep;
+        bool bias;
+    };
+    const Case cases[] = {
+        {0.0f, 40, 0.95f, 0.05f, 1.3f, 0.0f, 0.0f, 1, false},  // greedy with penalties
+        {0.0f, 0, 1.0f, 0.0f, 1.0f, 0.5f, 0.2f, 1, true},       // greedy, bias and presence / frequency
+        {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 1, false},  // the defaults
+        {0.8f, 40, 0.95f, 0.05f, 1.1f, 0.0f, 0.0f, 1, false},
+        {1.5f, 5, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1, false},
+        {1.0f, 100, 0.5f, 0.0f, 2.0f, 1.0f, 0.5f, 1, true},
+        {1.0f, 20, 0.9f, 0.3f, 1.0f, 0.0f, 0.0f, 30, false},   // min_keep above top_k
+        {2.0f, 1, 1.0f, 0.0f, 1.2f, 0.0f, 0.0f, 1, true},
+    };
+    for (size_t ci = 0; ci < std::size(cases); ci++) {
+        const Case& c = cases[ci];
+        SamplingParams p;
+        p.temperature = c.temp;
+        p.top_k = c.top_k;
+        p.top_p = c.top_p;
+        p.min_p = c.min_p;
+        p.repeat_penalty = c.repeat;
+        p.presence_penalty = c.presence;
+        p.frequency_penalty = c.frequency;
+        p.min_keep = c.min_keep;
+        p.repeat_last_n = 16;
+        p.seed = 1234 + int64_t(ci);
+        if (c.bias) p.logit_bias = {{3, -2.0f}, {17, -INFINITY}, {2999, -0.5f}, {3, -1.0f}, {5000, -1.0f}};
+        Sampler whole(p, n_vocab), top(p, n_vocab);
+        for (int step = 0; step < 60; step++) {
+            std::vector<float> l(static_cast<size_t>(n_vocab));
+            // Coarse values so that ties are common; -0 and +0 both occur; the
+            // best tokens of earlier steps come back so the penalties matter.
+            for (float& x : l) x = float(std::round((r.uniform() - 0.5) * 16.0) / 2.0);
+            l[size_t(step % 7)] = -0.0f;
+            l[3] = 9.0f;
+            l[17] = 9.5f;
+            const int n = top.candidates_needed();
+            ASSERT_GT(n, 0) << "case " << ci;
+            std::vector<float> v;
+            std::vector<int32_t> id;
+            best(l, n, v, id);
+            const int32_t a = whole.sample(l.data());
+            const int32_t b = top.sample_top(v.data(), id.data(), n);
+            ASSERT_EQ(a, b) << "case " << ci << " step " << step << " candidates " << n;
+            whole.accept(a);
+            top.accept(b);
+            if (step % 3 == 0) {  // a repeat of an earlier token
+                whole.accept(int32_t(step / 3));
+                top.accept(int32_t(step / 3));
+            }
+        }
+    }
+}
+
+TEST(Sampler, CandidatesNeededOnlyWhenAFewDecide) {
+    SamplingParams p;  // the defaults: top-k 40, no penalties
+    EXPECT_EQ(Sampler(p, 1000).candidates_needed(), 40);
+    EXPECT_EQ(Sampler(p, 30).candidates_needed(), 0);  // top_k >= n_vocab: top-p over the whole row
+    p.top_k = 0;
+    EXPECT_EQ(Sampler(p, 1000).candidates_needed(), 0);  // top-p over the whole row
+    p.temperature = 0.0f;
+    EXPECT_EQ(Sampler(p, 1000).candidates_needed(), 1);
+    p = SamplingParams{};
+    p.min_keep = 60;
+    EXPECT_EQ(Sampler(p, 1000).candidates_needed(), 60);
+    p.min_keep = 1;
+    p.logit_bias = {{5, 1.0f}};
+    EXPECT_EQ(Sampler(p, 1000).candidates_needed(), 0);  // a raised logit may come from anywhere
+    p.logit_bias = {{5, -1.0f}, {6, -INFINITY}, {5, -2.0f}, {-1, -1.0f}};
+    EXPECT_EQ(Sampler(p, 1000).candidates_needed(), 42);
+    p.logit_bias.clear();
+    p.repeat_penalty = 1.1f;
+    Sampler s(p, 1000);
+    EXPECT_EQ(s.candidates_needed(), 40);  // nothing seen yet
+    for (int32_t id : {4, 4, 9, 999}) s.accept(id);
+    EXPECT_EQ(s.candidates_needed(), 43);
+    p.repeat_penalty = 0.9f;  // raises the penalised tokens
+    Sampler raising(p, 1000);
+    raising.accept(4);
+    EXPECT_EQ(raising.candidates_needed(), 0);
+    p.repeat_penalty = 1.0f;
+    p.presence_penalty = -0.5f;
+    Sampler presence(p, 1000);
+    presence.accept(4);
+    EXPECT_EQ(presence.candidates_needed(), 0);
+    p.presence_penalty = 0.0f;
+    p.repeat_penalty = 1.1f;
+    p.top_k = 250;
+    p.repeat_last_n = 64;
+    Sampler many(p, 1000);
+    for (int32_t id = 0; id < 10; id++) many.accept(id);
+    EXPECT_EQ(many.candidates_needed(), 0);  // 260 > kMaxTopCandidates
+    EXPECT_THROW(many.sample_top(nullptr, nullptr, 0), Error);
+}

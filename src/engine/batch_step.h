@@ -15,12 +15,25 @@
 
 namespace qinfer {
 
-// One forward pass whose `n_rows` output rows belong to sequences that are
-// all greedy (`all_greedy`: the backend picks the tokens, one id per row comes
-// back in `ids`) or not (`logits`, n_rows x n_vocab). Returns whether ids came
-// back; throws Error when the model returns another number of rows.
-bool forward_rows(Model& model, const Batch& batch, size_t n_rows, bool all_greedy, std::vector<int32_t>& ids,
-                  std::vector<float>& logits);
+// What one forward pass sends back for its output rows, in batch order, and
+// how each row reaches its sequence. The least that serves every row: the
+// backend's pick (one id per row) when all are plain greedy; the best
+// `n_top` logits of each row when every sequence samples from so few
+// (Sequence::candidates_needed); else whole rows of logits.
+struct RowOutputs {
+    enum Kind { Ids, Candidates, Logits } kind = Logits;
+    int n_top = 0;               // Candidates: per row
+    std::vector<int32_t> ids;    // Ids: one per row; Candidates: n_top per row
+    std::vector<float> values;   // Candidates: n_top per row; Logits: n_vocab per row
+
+    // Row i's token for `seq` (sampling it where needed).
+    void deliver(size_t i, Sequence& seq, int n_vocab);
+};
+
+// Runs the batch; `rows` are the sequences of its output rows, in batch
+// order. QINFER_SAMPLE_CANDIDATES=0 turns the Candidates form off (A/B runs).
+// Throws Error when the model returns another number of rows.
+void forward_rows(Model& model, const Batch& batch, const std::vector<Sequence*>& rows, RowOutputs& out);
 
 class BatchStep {
 public:
@@ -36,8 +49,7 @@ public:
 private:
     Model& model_;
     Batch batch_;
-    std::vector<float> logits_;
-    std::vector<int32_t> ids_;  // greedy picks (forward_argmax)
+    RowOutputs out_;
     std::vector<Sequence*> want_;  // sequences expecting a logits row, in batch order
 };
 

@@ -87,6 +87,15 @@ void Sequence::on_logits(float* logits) {
     on_token(sampler_.sample(logits));
 }
 
+void Sequence::on_candidates(const float* logit, const int32_t* id, int n) {
+    if (done()) return;
+    if (max_tokens_ == 0) {
+        on_token(-1);
+        return;
+    }
+    on_token(sampler_.sample_top(logit, id, n));
+}
+
 void Sequence::on_token(int32_t id) {
     if (done()) return;
     wants_logits_ = false;

@@ -60,6 +60,11 @@ public:
     // The token chosen for this sequence when picks_argmax(): what on_logits
     // would have sampled.
     void on_token(int32_t id);
+    // How many of the best logits the pending pick depends on (0: all of them;
+    // Sampler::candidates_needed), and the pick from those alone: the same
+    // token on_logits would sample from the whole row.
+    int candidates_needed() const { return sampler_.candidates_needed(); }
+    void on_candidates(const float* logit, const int32_t* id, int n);
 
     // Ends the sequence from outside (client gone, server shutdown).
     void cancel();

@@ -50,8 +50,12 @@ public:
     const HParams& hparams() const override { return hp_; }
     const gguf::File& file() const override { return *file_; }
     const ModelOptions& options() const override { return opt_; }
-    void forward(const Batch& batch, std::vector<float>& logits) override { step(batch, &logits, nullptr); }
-    void forward_argmax(const Batch& batch, std::vector<int32_t>& ids) override { step(batch, nullptr, &ids); }
+    void forward(const Batch& batch, std::vector<float>& logits) override { step(batch, {&logits, nullptr, 0}); }
+    void forward_argmax(const Batch& batch, std::vector<int32_t>& ids) override { step(batch, {nullptr, &ids, 0}); }
+    void forward_top(const Batch& batch, int n, std::vector<float>& logits, std::vector<int32_t>& ids) override {
+        if (n < 1 || n > kMaxTop) fail(strfmt("model: %d candidates per row (1..%d)", n, kMaxTop));
+        step(batch, {&logits, &ids, int(std::min<int64_t>(n, hp_.n_vocab))});
+    }
     void clear_slot(int slot) override { state_->clear(slot); }
     int slot_length(int slot) const override {
         check_slot(slot);
@@ -82,6 +86,7 @@ private:
         Tensor xo;       // [E, kHeadChunk] rows for the head
         Tensor logits;   // [V, kHeadChunk]
         Tensor picks;    // I32 [kHeadChunk]: argmax of each logits row (forward_argmax)
+        Tensor top_logits, top_ids;  // F32 / I32 [kMaxTop * kHeadChunk]: best logits per row (forward_top)
     };
 
     void check_slot(int slot) const {
@@ -90,8 +95,14 @@ private:
     }
     std::vector<StepInfo::Segment> validate(const Batch& batch) const;
     void alloc_scratch(int bi, bool attn, bool rec);
-    // One forward pass; the head's result goes to exactly one of logits / ids.
-    void step(const Batch& batch, std::vector<float>* logits, std::vector<int32_t>* ids);
+    // What the head sends back: whole rows of logits, argmax ids, or (top > 0)
+    // the best `top` logits of each row and their ids.
+    struct HeadOut {
+        std::vector<float>* logits;
+        std::vector<int32_t>* ids;
+        int top;
+    };
+    void step(const Batch& batch, HeadOut out);
     void prepare_step(int bi, const Batch& batch, const std::vector<StepInfo::Segment>& segs);
     Backend& backend(int bi) const { return *placement_.backends[size_t(bi)]; }
 
@@ -250,6 +261,8 @@ void TransformerModel::alloc_scratch(int bi, bool attn, bool rec) {
         p.xo = be.alloc(GgmlType::F32, {E, kHeadChunk}, "head_in");
         p.logits = be.alloc(GgmlType::F32, {hp_.n_vocab, kHeadChunk}, "logits");
         p.picks = be.alloc(GgmlType::I32, {kHeadChunk}, "argmax_ids");
+        p.top_logits = be.alloc(GgmlType::F32, {kMaxTop * kHeadChunk}, "top_logits");
+        p.top_ids = be.alloc(GgmlType::I32, {kMaxTop * kHeadChunk}, "top_ids");
     }
 }
 
@@ -300,7 +313,10 @@ void TransformerModel::prepare_step(int bi, const Batch& batch, const std::vecto
     be.write(st.seg_t, st.segments.data(), st.segments.size() * sizeof(StepInfo::Segment));
 }
 
-void TransformerModel::step(const Batch& batch, std::vector<float>* logits, std::vector<int32_t>* ids) {
+void TransformerModel::step(const Batch& batch, HeadOut out) {
+    const int top = out.top;
+    std::vector<float>* logits = top ? nullptr : out.logits;
+    std::vector<int32_t>* ids = top ? nullptr : out.ids;
     const std::vector<StepInfo::Segment> segs = validate(batch);
     const int T = int(batch.size());
     const int64_t V = hp_.n_vocab;
@@ -325,7 +341,7 @@ void TransformerModel::step(const Batch& batch, std::vector<float>* logits, std:
     const bool graphs = !dumper_ && !offload && n_out <= kHeadChunk;
     const bool record = T <= kGraphMaxTokens;
     const uint64_t shape =
-        uint64_t(T) | uint64_t(segs.size()) << 20 | uint64_t(n_out) << 40 | uint64_t(ids ? 1 : 0) << 63;
+        uint64_t(T) | uint64_t(segs.size()) << 20 | uint64_t(n_out) << 40 | uint64_t(top) << 47 | uint64_t(ids ? 1 : 0) << 63;
     int cur = -1, run = 0;
     bool issue = true;  // false: the backend replays a recording of this run
     auto t_run = std::chrono::steady_clock::now();
@@ -395,10 +411,20 @@ void TransformerModel::step(const Batch& batch, std::vector<float>* logits, std:
     const Tensor x = first_rows(p.s.x, T);
     if (logits) logits->resize(size_t(n_out * V));
     if (ids) ids->resize(size_t(n_out));
+    if (top) {
+        out.logits->resize(size_t(n_out * top));
+        out.ids->resize(size_t(n_out * top));
+    }
     // The head's result of rows [r0, r0 + n) to the caller.
     auto read_out = [&](int64_t r0, int64_t n) {
-        if (logits) be.read(p.logits, logits->data() + r0 * V, size_t(n * V) * 4);
-        else be.read(p.picks, ids->data() + r0, size_t(n) * 4);
+        if (logits) {
+            be.read(p.logits, logits->data() + r0 * V, size_t(n * V) * 4);
+        } else if (ids) {
+            be.read(p.picks, ids->data() + r0, size_t(n) * 4);
+        } else {
+            be.read(p.top_logits, out.logits->data() + r0 * top, size_t(n * top) * 4);
+            be.read(p.top_ids, out.ids->data() + r0 * top, size_t(n * top) * 4);
+        }
     };
     for (int64_t r0 = 0; r0 < n_out; r0 += kHeadChunk) {
         const int64_t n = std::min<int64_t>(kHeadChunk, n_out - r0);
@@ -409,6 +435,7 @@ void TransformerModel::step(const Batch& batch, std::vector<float>* logits, std:
             if (dumper_) dumper_->write(-1, "result_norm", xo);
             be.matmul(output_, xo, lg, &output_b_);
             if (ids) be.argmax(lg, view(p.picks, {n}, {}));
+            if (top) be.top_k(lg, view(p.top_logits, {top, n}, {}), view(p.top_ids, {top, n}, {}));
         }
         if (!graphs) read_out(r0, n);
     }

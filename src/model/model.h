@@ -91,6 +91,12 @@ public:
     // where the logits are computed, so a GPU sends back 4 bytes per row
     // instead of n_vocab floats.
     virtual void forward_argmax(const Batch& batch, std::vector<int32_t>& ids) = 0;
+    // The same step for sampling from a few candidates: per token with
+    // want_logits, its `n` largest logits (largest first, the lower id first
+    // among equals; 1 <= n <= kMaxTop, clamped to n_vocab) in `logits` and
+    // their ids in `ids`, n per row. Selected where the logits are computed.
+    virtual void forward_top(const Batch& batch, int n, std::vector<float>& logits, std::vector<int32_t>& ids) = 0;
+    static constexpr int kMaxTop = 256;
 
     // Forgets a slot's history (KV length 0, recurrent state zero).
     virtual void clear_slot(int slot) = 0;

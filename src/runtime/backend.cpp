@@ -1,5 +1,9 @@
 #include "runtime/backend.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
 #include <vector>
 
 #include "common/error.h"
@@ -142,6 +146,79 @@ void Backend::argmax(const Tensor& logits, const Tensor& ids) {
         out[size_t(t)] = int32_t(best);
     }
     write(ids, out.data(), size_t(T) * 4);
+    synchronize();
+}
+
+uint64_t top_k_order(float v, int64_t index) {
+    uint32_t key = 0;  // NaN: below everything
+    if (!std::isnan(v)) {
+        if (v == 0.0f) v = 0.0f;  // -0 == +0
+        uint32_t u;
+        std::memcpy(&u, &v, 4);
+        key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    }
+    return uint64_t(key) << 32 | uint32_t(0xffffffffu - uint32_t(index));
+}
+
+int64_t top_k_index(uint64_t order) { return int64_t(0xffffffffu - uint32_t(order)); }
+
+void top_k_slice(const float* row, int64_t begin, int64_t end, int64_t k, std::vector<uint64_t>& best) {
+    // A min-heap of the best k so far. Most elements fail a plain float compare
+    // with the heap's worst: below it (or NaN) they cannot enter; equal ones go
+    // on to the full order (the index decides, and -0 meets +0 there).
+    const size_t base = best.size();
+    auto heap = [&] { return best.begin() + std::ptrdiff_t(base); };
+    int64_t i = begin;
+    for (; i < end && int64_t(best.size() - base) < k; ++i) {
+        best.push_back(top_k_order(row[i], i));
+        std::push_heap(heap(), best.end(), std::greater<uint64_t>());
+    }
+    if (i >= end) return;
+    auto floor_of = [&] {
+        const float w = row[top_k_index(best[base])];
+        return std::isnan(w) ? -INFINITY : w;  // a NaN worst: anything but NaN may enter
+    };
+    float floor = floor_of();
+    for (; i < end; ++i) {
+        if (!(row[i] >= floor)) continue;
+        const uint64_t o = top_k_order(row[i], i);
+        if (o <= best[base]) continue;
+        std::pop_heap(heap(), best.end(), std::greater<uint64_t>());
+        best.back() = o;
+        std::push_heap(heap(), best.end(), std::greater<uint64_t>());
+        floor = floor_of();
+    }
+}
+
+void check_top_k_shapes(const Tensor& logits, const Tensor& values, const Tensor& ids) {
+    const int64_t V = logits.ne[0], T = logits.ne[1], k = values.ne[0];
+    if (logits.type != GgmlType::F32 || values.type != GgmlType::F32 || ids.type != GgmlType::I32 || k < 1 ||
+        k > V || ids.ne[0] != k || values.ne[1] < T || ids.ne[1] < T || values.nb[1] != size_t(k) * 4 ||
+        ids.nb[1] != size_t(k) * 4)
+        fail(strfmt("top_k: logits %s / values %s / ids %s do not fit", shape_str(logits).c_str(),
+                    shape_str(values).c_str(), shape_str(ids).c_str()));
+}
+
+void Backend::top_k(const Tensor& logits, const Tensor& values, const Tensor& ids) {
+    check_top_k_shapes(logits, values, ids);
+    const int64_t V = logits.ne[0], T = logits.ne[1], k = values.ne[0];
+    std::vector<float> row(static_cast<size_t>(V));
+    std::vector<uint64_t> best;
+    std::vector<float> vals(static_cast<size_t>(k * T));
+    std::vector<int32_t> out(static_cast<size_t>(k * T));
+    for (int64_t t = 0; t < T; ++t) {
+        read(logits, row.data(), size_t(V) * 4, size_t(t) * logits.nb[1]);
+        best.clear();
+        top_k_slice(row.data(), 0, V, k, best);
+        std::sort(best.begin(), best.end(), std::greater<uint64_t>());
+        for (int64_t j = 0; j < k; ++j) {
+            const int64_t i = top_k_index(best[size_t(j)]);
+            vals[size_t(t * k + j)] = row[size_t(i)];
+            out[size_t(t * k + j)] = int32_t(i);
+        }
+    }
+    write(values, vals.data(), vals.size() * 4);
+    write(ids, out.data(), out.size() * 4);
     synchronize();
 }
 

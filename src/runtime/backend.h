@@ -59,6 +59,16 @@ Tensor first_rows(const Tensor& t, int64_t n);
 Tensor reshape(const Tensor& t, std::initializer_list<int64_t> ne);
 std::string shape_str(const Tensor& t);
 
+// Backend::top_k's order as one number per element, larger first: the logit
+// (-0 as +0, NaN below -inf) in the high half, the inverted index below it, so
+// the lower index wins among equal logits, as the sampler orders candidates.
+uint64_t top_k_order(float logit, int64_t index);
+int64_t top_k_index(uint64_t order);
+// Appends to `best` the (at most) k largest top_k_order values of row[begin, end), unsorted.
+void top_k_slice(const float* row, int64_t begin, int64_t end, int64_t k, std::vector<uint64_t>& best);
+// Throws unless top_k's tensors fit each other (see Backend::top_k).
+void check_top_k_shapes(const Tensor& logits, const Tensor& values, const Tensor& ids);
+
 // Per-step token metadata, prepared once per forward call on every backend that
 // runs part of it. Host copies size the work; device copies feed the kernels.
 struct StepInfo {
@@ -199,6 +209,13 @@ public:
     // ids I32 [T], both on this backend: a greedy step then copies back one id
     // per token instead of V floats.
     virtual void argmax(const Tensor& logits, const Tensor& ids);
+    // The k = values.ne[0] largest logits of each row t < T: values[:, t] from
+    // the largest down, the lower index first among equals (-0 counts as +0,
+    // NaN below everything), their indices in ids[:, t]. logits f32 [V, T]
+    // with k <= V; values f32 [k, T'] and ids I32 [k, T'] contiguous, T' >= T,
+    // all on this backend: a sampling step copies back a few candidates per
+    // token instead of V floats.
+    virtual void top_k(const Tensor& logits, const Tensor& values, const Tensor& ids);
     // Step graphs. The ops issued between begin_graph(key) and end_graph() form
     // one step that a backend may record once and replay. begin_graph returns
     // false when a recording for `key` exists: the caller then skips issuing the

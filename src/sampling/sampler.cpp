@@ -76,13 +76,17 @@ void Sampler::accept(int32_t token) {
     }
 }
 
-void Sampler::apply_bias_and_penalties(float* logits) const {
-    for (const auto& [id, bias] : params_.logit_bias)
-        if (id >= 0 && id < n_vocab_) logits[id] += bias;
+bool Sampler::penalising() const {
+    const bool on = params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                    params_.frequency_penalty != 0.0f;
+    return on && !history_.empty();
+}
 
-    const bool penalise = params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
-                          params_.frequency_penalty != 0.0f;
-    if (!penalise || history_.empty()) return;
+template <class At> void Sampler::modify(At&& at) const {
+    for (const auto& [id, bias] : params_.logit_bias)
+        if (id >= 0 && id < n_vocab_)
+            if (float* l = at(id)) *l += bias;
+    if (!penalising()) return;
     // Count occurrences by sorting a copy of the (short) window.
     std::vector<int32_t> ids(history_);
     std::sort(ids.begin(), ids.end());
@@ -93,13 +97,44 @@ void Sampler::apply_bias_and_penalties(float* logits) const {
         const int count = int(j - i);
         i = j;
         if (id < 0 || id >= n_vocab_) continue;
-        float& l = logits[id];
-        if (l <= 0.0f)
-            l *= params_.repeat_penalty;
+        float* l = at(id);
+        if (!l) continue;
+        if (*l <= 0.0f)
+            *l *= params_.repeat_penalty;
         else
-            l /= params_.repeat_penalty;
-        l -= float(count) * params_.frequency_penalty + params_.presence_penalty;
+            *l /= params_.repeat_penalty;
+        *l -= float(count) * params_.frequency_penalty + params_.presence_penalty;
     }
+}
+
+void Sampler::apply_bias_and_penalties(float* logits) const {
+    modify([logits](int32_t id) { return logits + id; });
+}
+
+bool Sampler::only_lowers() const {
+    for (const auto& [id, bias] : params_.logit_bias)
+        if (id >= 0 && id < n_vocab_ && !(bias <= 0.0f)) return false;
+    if (!penalising()) return true;
+    // x / p <= x for x > 0 and x * p <= x for x <= 0 when p >= 1; then a
+    // non-negative amount is subtracted.
+    return params_.repeat_penalty >= 1.0f && params_.presence_penalty >= 0.0f && params_.frequency_penalty >= 0.0f;
+}
+
+int Sampler::candidates_needed() const {
+    const bool greedy = params_.temperature <= 0.0f;
+    const bool use_top_k = params_.top_k > 0 && params_.top_k < n_vocab_;
+    if ((!greedy && !use_top_k) || !only_lowers()) return 0;
+    std::vector<int32_t> touched;
+    for (const auto& [id, bias] : params_.logit_bias)
+        if (id >= 0 && id < n_vocab_) touched.push_back(id);
+    if (penalising())
+        for (int32_t id : history_)
+            if (id >= 0 && id < n_vocab_) touched.push_back(id);
+    std::sort(touched.begin(), touched.end());
+    const size_t m = size_t(std::unique(touched.begin(), touched.end()) - touched.begin());
+    const size_t n = size_t(greedy ? 1 : std::max(params_.top_k, params_.min_keep)) + m;
+    if (n > size_t(kMaxTopCandidates)) return 0;
+    return int(std::min(n, size_t(n_vocab_)));
 }
 
 // The k best candidates, sorted. A bounded heap keeps this one pass over the
@@ -166,6 +201,23 @@ void Sampler::top_p_cut(double z_all, float max_logit) {
     if (sorted < cand_.size()) std::sort(cand_.begin() + long(sorted), cand_.end(), better);
 }
 
+const std::vector<Sampler::Candidate>& Sampler::filter_top_k_set() {
+    const bool use_top_p = params_.top_p < 1.0f;
+    const bool use_min_p = params_.min_p > 0.0f;
+    const float max_logit = cand_.front().logit;
+    double z = 0.0;
+    if (use_top_p)
+        for (const Candidate& c : cand_) z += std::exp(double(c.logit) - double(max_logit));
+    if (use_min_p) {
+        const float min_logit = max_logit + std::log(params_.min_p);
+        size_t n = 0;
+        while (n < cand_.size() && cand_[n].logit >= min_logit) n++;
+        cand_.resize(std::max(n, std::min(cand_.size(), size_t(params_.min_keep))));
+    }
+    if (use_top_p) top_p_cut(z, max_logit);
+    return cand_;
+}
+
 const std::vector<Sampler::Candidate>& Sampler::filter(const float* logits) {
     const bool use_top_k = params_.top_k > 0 && params_.top_k < n_vocab_;
     const bool use_top_p = params_.top_p < 1.0f;
@@ -175,43 +227,29 @@ const std::vector<Sampler::Candidate>& Sampler::filter(const float* logits) {
     // min-p is relative to the maximum only, so it commutes with top-p: the
     // result is the shorter of the two sorted prefixes. Filtering by min-p
     // first means only its (usually small) survivor set is ever sorted.
-    float max_logit;
-    double z = 0.0;
     if (use_top_k) {
         top_k_into_cand(logits, std::max(params_.top_k, params_.min_keep));
-        max_logit = cand_.front().logit;
-        if (use_top_p)
-            for (const Candidate& c : cand_) z += std::exp(double(c.logit) - double(max_logit));
-        if (use_min_p) {
-            const float min_logit = max_logit + std::log(params_.min_p);
-            size_t n = 0;
-            while (n < cand_.size() && cand_[n].logit >= min_logit) n++;
-            cand_.resize(std::max(n, std::min(cand_.size(), size_t(params_.min_keep))));
-        }
+        return filter_top_k_set();
+    }
+    const float max_logit = logits[argmax(logits, n_vocab_)];
+    double z = 0.0;
+    if (use_top_p)
+        for (int i = 0; i < n_vocab_; i++) z += std::exp(double(logits[i]) - double(max_logit));
+    if (use_min_p) {
+        min_p_into_cand(logits, max_logit, max_logit + std::log(params_.min_p));
     } else {
-        max_logit = logits[argmax(logits, n_vocab_)];
-        if (use_top_p)
-            for (int i = 0; i < n_vocab_; i++) z += std::exp(double(logits[i]) - double(max_logit));
-        if (use_min_p) {
-            min_p_into_cand(logits, max_logit, max_logit + std::log(params_.min_p));
-        } else {
-            cand_.resize(size_t(n_vocab_));
-            for (int32_t i = 0; i < n_vocab_; i++) cand_[size_t(i)] = {logits[i], i};
-            if (!use_top_p) return cand_;  // nothing filters: id order is fine for the draw
-        }
+        cand_.resize(size_t(n_vocab_));
+        for (int32_t i = 0; i < n_vocab_; i++) cand_[size_t(i)] = {logits[i], i};
+        if (!use_top_p) return cand_;  // nothing filters: id order is fine for the draw
     }
     if (use_top_p) top_p_cut(z, max_logit);
     return cand_;
 }
 
-int32_t Sampler::sample(float* logits) {
-    apply_bias_and_penalties(logits);
-    if (params_.temperature <= 0.0f) return argmax(logits, n_vocab_);
-    const std::vector<Candidate>& c = filter(logits);
+int32_t Sampler::draw(const std::vector<Candidate>& c) {
     double top = -INFINITY;
     for (const Candidate& x : c) top = std::max(top, double(x.logit));
-    // Everything banned (or NaN): nothing sensible to draw from.
-    if (!std::isfinite(top)) return argmax(logits, n_vocab_);
+    if (!std::isfinite(top)) return -1;
     const double inv_t = 1.0 / double(params_.temperature);
     double total = 0.0;
     std::vector<double>& w = weights_;
@@ -227,6 +265,47 @@ int32_t Sampler::sample(float* logits) {
         if (u < cum) return c[i].id;
     }
     return c.back().id;  // rounding: u landed on the very end
+}
+
+int32_t Sampler::sample(float* logits) {
+    apply_bias_and_penalties(logits);
+    if (params_.temperature <= 0.0f) return argmax(logits, n_vocab_);
+    const int32_t id = draw(filter(logits));
+    // Everything banned (or NaN): nothing sensible to draw from.
+    return id >= 0 ? id : argmax(logits, n_vocab_);
+}
+
+int32_t Sampler::sample_top(const float* logit, const int32_t* id, int n) {
+    if (n < 1 || n > n_vocab_) fail(strfmt("sampler: %d candidates for a vocabulary of %d", n, n_vocab_));
+    // The candidates with bias and penalties applied (ids outside the set are
+    // too low to matter: candidates_needed).
+    auto load = [&] {
+        cand_.resize(size_t(n));
+        for (int i = 0; i < n; i++) cand_[size_t(i)] = {logit[i], id[i]};
+        modify([this](int32_t tid) -> float* {
+            for (Candidate& c : cand_)
+                if (c.id == tid) return &c.logit;
+            return nullptr;
+        });
+    };
+    load();
+    // argmax() of the modified row: the candidates hold its maximum (nothing
+    // outside them rises), the lowest id among equals; a row whose best is
+    // -inf is all -inf, where argmax() gives index 0.
+    auto row_argmax = [this] {
+        const Candidate* best = nullptr;
+        for (const Candidate& c : cand_)
+            if (!std::isnan(c.logit) && (!best || better(c, *best))) best = &c;
+        return best && best->logit > -INFINITY ? best->id : 0;
+    };
+    if (params_.temperature <= 0.0f) return row_argmax();
+    std::sort(cand_.begin(), cand_.end(), better);
+    const size_t k = size_t(std::max(params_.top_k, params_.min_keep));
+    if (cand_.size() > k) cand_.resize(k);
+    const int32_t picked = draw(filter_top_k_set());
+    if (picked >= 0) return picked;
+    load();  // draw() saw no finite logit: sample() takes the argmax of the modified row
+    return row_argmax();
 }
 
 }  // namespace qinfer

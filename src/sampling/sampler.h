@@ -29,6 +29,22 @@ public:
     // (Model::forward_argmax) and never look at the logits.
     bool is_plain_argmax() const;
 
+    // How many of the best raw logits (logit descending, id ascending) the next
+    // sample() depends on, when that is at most kMaxTopCandidates; 0 when it may
+    // need them all. Greedy or top-k sampling whose bias and penalties can only
+    // lower logits needs top_k (1 when greedy) plus the number of ids they
+    // touch: a token they lower never climbs past one they leave alone. The
+    // caller may then let the backend select those candidates
+    // (Model::forward_top) instead of sending back every logit.
+    int candidates_needed() const;
+    static constexpr int kMaxTopCandidates = 256;
+
+    // sample() given only the best raw logits: `logit[i]`, `id[i]` for i < n,
+    // in that order, n >= min(candidates_needed(), n_vocab). Same token, same
+    // RNG use as sample() on the whole row; logits outside the set that are NaN
+    // are the exception (sample() compares them, this never sees them).
+    int32_t sample_top(const float* logit, const int32_t* id, int n);
+
     // Appends a token (prompt or generated) to the penalty history.
     void accept(int32_t token);
 
@@ -49,6 +65,17 @@ public:
     const std::vector<Candidate>& filter(const float* logits);
 
 private:
+    // Bias and penalties through `at(id)`, which returns the logit to change or
+    // nullptr: a whole row, or a set of candidates.
+    template <class At> void modify(At&& at) const;
+    // Whether modify() can only lower logits (the condition of candidates_needed).
+    bool only_lowers() const;
+    bool penalising() const;
+    // filter() once cand_ holds the top-k set, sorted: top-p and min-p within it.
+    const std::vector<Candidate>& filter_top_k_set();
+    // The draw of sample() over the filtered candidates; -1 when no finite
+    // logit is left (the caller then takes its plain argmax).
+    int32_t draw(const std::vector<Candidate>& c);
     void top_k_into_cand(const float* logits, int k);
     void min_p_into_cand(const float* logits, float max_logit, float min_logit);
     void top_p_cut(double z_all, float max_logit);

@@ -74,6 +74,9 @@ std::string Metrics::render() const {
             offloaded_steps.load());
     counter(s, "qinfer_argmax_steps_total", "Forward passes whose greedy tokens were picked by the backend.",
             argmax_steps.load());
+    counter(s, "qinfer_candidate_steps_total",
+            "Forward passes that sent back only each row's best logits (top-k sampling on the backend).",
+            candidate_steps.load());
     seconds(s, "qinfer_forward_seconds_total", "Scheduler time in model forward passes.", forward_us.load());
     seconds(s, "qinfer_sample_seconds_total", "Scheduler time sampling and streaming tokens.", sample_us.load());
     seconds(s, "qinfer_snapshot_seconds_total", "Scheduler time saving and restoring prompt-cache checkpoints.",

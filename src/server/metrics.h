@@ -44,6 +44,7 @@ struct Metrics {
     std::atomic<uint64_t> batch_tokens{0};  // tokens over all forward passes (/ steps = mean batch)
     std::atomic<uint64_t> offloaded_steps{0};  // forward passes that ran host-memory layers on the GPU
     std::atomic<uint64_t> argmax_steps{0};     // forward passes whose tokens the backend picked (greedy)
+    std::atomic<uint64_t> candidate_steps{0};  // forward passes that sent back each row's best few logits
     // Where the scheduler thread's time goes, in microseconds: model forward
     // passes, sampling + streaming the sampled tokens, prompt-cache snapshots
     // (save and restore).

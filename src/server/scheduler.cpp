@@ -262,14 +262,13 @@ bool Scheduler::step() {
         const Slot& s = slots_[size_t(batch_.slot[i])];
         if (batch_.pos[i] < int(s.seq->prompt().size())) n_prompt_tokens++;
     }
-    // Only greedy requests waiting for a token: the backend picks them and
-    // sends back one id per row instead of n_vocab floats.
-    bool greedy = !want.empty();
-    for (const Slot* s : want) greedy = greedy && s->seq->picks_argmax();
+    // The backend sends back no more per row than the samplers need: one id
+    // when all are greedy, a few candidates when all sample from a top-k set.
+    want_seqs_.clear();
+    for (const Slot* s : want) want_seqs_.push_back(s->seq.get());
     const auto t_forward = Clock::now();
-    bool argmax = false;
     try {
-        argmax = forward_rows(model_, batch_, want.size(), greedy, ids_, logits_);
+        forward_rows(model_, batch_, want_seqs_, out_);
     } catch (const std::exception& e) {
         for (Slot* s : touched) fail_slot(*s, std::string("model error: ") + e.what());
         return true;
@@ -278,7 +277,8 @@ bool Scheduler::step() {
     metrics_.forward_us += micros_between(t_forward, t_sample);
     metrics_.forward_steps++;
     metrics_.offloaded_steps = model_.offloaded_batches();
-    if (argmax) metrics_.argmax_steps++;
+    if (out_.kind == RowOutputs::Ids) metrics_.argmax_steps++;
+    if (out_.kind == RowOutputs::Candidates) metrics_.candidate_steps++;
     metrics_.batch_tokens += batch_.size();
     metrics_.prompt_tokens_processed += n_prompt_tokens;
     // Sampling and detokenizing are per sequence (each touches only its own
@@ -286,10 +286,9 @@ bool Scheduler::step() {
     // over the sampling threads. 64 greedy rows over a 248k vocabulary are
     // ~6 ms on one core, as much as the forward pass they follow.
     auto sample = [&](size_t i) {
-        if (argmax) want[i]->seq->on_token(ids_[i]);
-        else want[i]->seq->on_logits(logits_.data() + i * size_t(n_vocab_));
+        out_.deliver(i, *want[i]->seq, n_vocab_);
     };
-    if (!argmax && sample_pool_ && want.size() >= size_t(std::max(1, opt_.parallel_sample_rows))) {
+    if (out_.kind == RowOutputs::Logits && sample_pool_ && want.size() >= size_t(std::max(1, opt_.parallel_sample_rows))) {
         std::vector<std::string> errors(want.size());
         sample_pool_->run_on_all([&](int id, int nt) {
             for (size_t i = size_t(id); i < want.size(); i += size_t(nt)) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/thread_pool.h"
+#include "engine/batch_step.h"
 #include "engine/sequence.h"
 #include "model/model.h"
 #include "qinfer/engine.h"
@@ -119,8 +120,8 @@ private:
     PromptCache cache_;                // scheduler thread only
     uint64_t use_clock_ = 0;
     Batch batch_;
-    std::vector<float> logits_;
-    std::vector<int32_t> ids_;  // greedy picks (Model::forward_argmax)
+    RowOutputs out_;                 // the forward pass's result for the rows that want a token
+    std::vector<Sequence*> want_seqs_;
     std::unique_ptr<ThreadPool> sample_pool_;  // -np >= 8 only
 
     std::mutex mu_;

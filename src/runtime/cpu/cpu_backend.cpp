@@ -222,4 +222,35 @@ void CpuBackend::argmax(const Tensor& logits, const Tensor& ids) {
     }
 }
 
+void CpuBackend::top_k(const Tensor& logits, const Tensor& values, const Tensor& ids) {
+    flush();
+    const OpTimer timer(profile_.get(), "top_k");
+    check_top_k_shapes(logits, values, ids);
+    const int64_t V = logits.ne[0], T = logits.ne[1], k = values.ne[0];
+    // Slices of each row on the pool (as argmax), then the slices' bests merged.
+    constexpr int64_t kSlice = 16384;
+    const int64_t n_slices = (V + kSlice - 1) / kSlice;
+    std::vector<std::vector<uint64_t>> best(size_t(T * n_slices));
+    parallel_rows(T * n_slices, 4.0 * double(std::min(V, kSlice)), [&](int64_t first, int64_t last) {
+        for (int64_t i = first; i < last; ++i) {
+            const int64_t s0 = (i % n_slices) * kSlice;
+            top_k_slice(logits.row<float>(i / n_slices), s0, std::min(V, s0 + kSlice), k, best[size_t(i)]);
+        }
+    });
+    std::vector<uint64_t> all;
+    for (int64_t t = 0; t < T; ++t) {
+        all.clear();
+        for (int64_t s = 0; s < n_slices; ++s)
+            all.insert(all.end(), best[size_t(t * n_slices + s)].begin(), best[size_t(t * n_slices + s)].end());
+        std::partial_sort(all.begin(), all.begin() + k, all.end(), std::greater<uint64_t>());
+        const float* row = logits.row<float>(t);
+        float* v = values.row<float>(t);
+        int32_t* id = ids.row<int32_t>(t);
+        for (int64_t j = 0; j < k; ++j) {
+            id[j] = int32_t(top_k_index(all[size_t(j)]));
+            v[j] = row[id[j]];
+        }
+    }
+}
+
 }  // namespace qinfer

@@ -56,6 +56,7 @@ public:
     void copy(const Tensor& src, const Tensor& dst) override;
     void copy_bytes(const Tensor& t, size_t dst_offset, size_t src_offset, size_t bytes) override;
     void argmax(const Tensor& logits, const Tensor& ids) override;
+    void top_k(const Tensor& logits, const Tensor& values, const Tensor& ids) override;
 
     // Calls fn(first, last) over [0, n) items of about `work` multiply-adds
     // each, in chunks spread over the pool; small ops run on the calling thread,

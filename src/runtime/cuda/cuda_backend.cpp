@@ -46,6 +46,7 @@ const char* op_name(uint32_t code) {
         case 14: return "gated_delta_rule";
         case 15: return "argmax";
         case 16: return "quantize";  // activations for a product
+        case 17: return "top_k";
         case 0x46: return "fill_zero";
         case 0x43: return "copy_bytes";
         default: return nullptr;
@@ -185,8 +186,8 @@ CudaBackend::~CudaBackend() {
     for (auto& kv : owned_) cudaFree(const_cast<void*>(kv.first));
     for (auto& kv : weights_)
         if (kv.second.f16) cudaFree(kv.second.f16);
-    for (Scratch* s : {&act_buf_[0], &act_buf_[1], &attn_work_, &half_w_, &half_x_, &ids_buf_, &cublas_ws_,
-                       &ffn_barrier_})
+    for (Scratch* s : {&act_buf_[0], &act_buf_[1], &attn_work_, &half_w_, &half_x_, &ids_buf_, &top_k_work_,
+                       &cublas_ws_, &ffn_barrier_})
         if (s->p) cudaFree(s->p);
     for (int i = 0; i < kStaging; ++i) {
         if (staging_[i]) cudaFreeHost(staging_[i]);
@@ -1071,6 +1072,26 @@ void CudaBackend::argmax(const Tensor& logits, const Tensor& ids) {
     int32_t* ip = static_cast<int32_t*>(ids.data);
     sig(uint32_t(15), lp, ld, V, T, ip);
     enqueue([=, s = stream_] { cuda::argmax_rows(lp, ld, V, T, ip, s); });
+    wrote(ids);
+}
+
+void CudaBackend::top_k(const Tensor& logits, const Tensor& values, const Tensor& ids) {
+    check_ours(logits, "top_k");
+    check_ours(values, "top_k");
+    check_ours(ids, "top_k");
+    check_top_k_shapes(logits, values, ids);
+    const int64_t V = logits.ne[0], T = logits.ne[1];
+    const int k = int(values.ne[0]);
+    const size_t wb = cuda::top_k_work_bytes(V, T, k);
+    if (wb == 0) fail(strfmt("CUDA top_k: k = %d of %lld logits (at most 256)", k, (long long)V));
+    void* work = scratch(top_k_work_, wb, "top_k");
+    const float* lp = static_cast<const float*>(logits.data);
+    const int64_t ld = int64_t(logits.nb[1] / 4);
+    float* vp = static_cast<float*>(values.data);
+    int32_t* ip = static_cast<int32_t*>(ids.data);
+    sig(uint32_t(17), lp, ld, V, T, k, vp, ip, work);
+    enqueue([=, s = stream_] { cuda::top_k_rows(lp, ld, V, T, k, vp, ip, work, s); });
+    wrote(values);
     wrote(ids);
 }
 

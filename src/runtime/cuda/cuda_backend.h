@@ -63,6 +63,7 @@ public:
     bool pin_streamed_range(const void* host, size_t bytes) override;
 
     void argmax(const Tensor& logits, const Tensor& ids) override;
+    void top_k(const Tensor& logits, const Tensor& values, const Tensor& ids) override;
     bool begin_graph(uint64_t key, bool record = true) override;
     void end_graph() override;
     void abort_graph() override;
@@ -156,6 +157,7 @@ private:
     } act_cache_[2];
     int act_next_ = 0;
     Scratch attn_work_, half_w_, half_x_, ids_buf_;
+    Scratch top_k_work_;
     Scratch cublas_ws_;
     Scratch ffn_barrier_;  // the grid barrier words of the FFN kernel (zeroed once)
 

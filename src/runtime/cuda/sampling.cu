@@ -10,6 +10,7 @@
 // GPUs, and code JIT-compiled from the compute_80 PTX, take one block per row.
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
@@ -204,6 +205,181 @@ void argmax_rows(const float* logits, int64_t ld, int64_t n, int64_t T, int32_t*
         QINFER_CUDA_CHECK(cudaLaunchKernelEx(&cfg, argmax_kernel, logits, ld, int(n), cs, ids));
     }
     QINFER_CUDA_LAUNCHED("argmax");
+}
+
+// ---- top-k candidates (Backend::top_k)
+//
+// Each element is one 64-bit number that orders as the sampler does (the
+// logit's order key above the inverted index, top_k_order in backend.h), so
+// all are distinct and "the k best" is "every number >= the k-th largest".
+// That number is found by a radix select: eight passes over 8-bit digits from
+// the top, each a shared-memory histogram of the elements that match the
+// digits chosen so far and a warp that finds the digit holding the k-th; it
+// stops early once the chosen digit's whole bin is needed (ties on the logit
+// are rare, so four passes usually do). Two kernels: blocks over slices of a
+// row keep their slice's k best (in a work buffer), then one block per row
+// selects the k best of those and sorts them by rank.
+
+namespace {
+
+constexpr int TK_THREADS = 256;
+constexpr int TK_MAX_K = 256;           // one sorting thread per candidate
+constexpr int TK_MAX_CANDIDATES = 8192;  // slices per row x k, what the second kernel reads
+constexpr int TK_MAX_SLICES = 128;
+
+__device__ __forceinline__ uint64_t order_of(float v, int64_t index) {
+    uint32_t key = 0;  // NaN: below everything
+    if (!isnan(v)) {
+        if (v == 0.0f) v = 0.0f;  // -0 == +0
+        const uint32_t u = __float_as_uint(v);
+        key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    }
+    return uint64_t(key) << 32 | uint32_t(0xffffffffu - uint32_t(index));
+}
+__device__ __forceinline__ int64_t index_of(uint64_t order) { return int64_t(0xffffffffu - uint32_t(order)); }
+
+struct SelectShared {
+    unsigned hist[256];
+    unsigned digit, remaining, whole_bin;
+};
+
+// The smallest threshold such that exactly k of the n numbers item(i) are >=
+// it (1 <= k <= n, all distinct). Every thread of the block calls it.
+template <class Item>
+__device__ uint64_t radix_select(const Item& item, int n, int k, SelectShared& sh) {
+    const int tid = threadIdx.x, lane = tid % WARP;
+    uint64_t prefix = 0, mask = 0;
+    unsigned remaining = unsigned(k);
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        for (int b = tid; b < 256; b += blockDim.x) sh.hist[b] = 0;
+        __syncthreads();
+        for (int i = tid; i < n; i += blockDim.x) {
+            const uint64_t c = item(i);
+            if ((c & mask) == prefix) atomicAdd(&sh.hist[(c >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (tid < WARP) {
+            // lane l holds bins 255 - 8l down to 248 - 8l: the scan runs from the top digit down
+            unsigned cnt[8], sum = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) sum += cnt[j] = sh.hist[255 - 8 * lane - j];
+            unsigned incl = sum;
+#pragma unroll
+            for (int o = 1; o < WARP; o <<= 1) {
+                const unsigned up = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += up;
+            }
+            unsigned acc = incl - sum;
+            if (acc < remaining && remaining <= incl) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    if (acc + cnt[j] >= remaining) {
+                        sh.digit = unsigned(255 - 8 * lane - j);
+                        sh.remaining = remaining - acc;
+                        sh.whole_bin = cnt[j] == remaining - acc;
+                        break;
+                    }
+                    acc += cnt[j];
+                }
+            }
+        }
+        __syncthreads();
+        prefix |= uint64_t(sh.digit) << shift;
+        mask |= uint64_t(255) << shift;
+        remaining = sh.remaining;
+        const bool done = sh.whole_bin;
+        __syncthreads();  // sh is rewritten by the next pass
+        if (done) break;
+    }
+    return prefix;  // the digits below the last chosen one are 0: the whole bin is in
+}
+
+// Grid (slices, T): slice b of row t writes its k best (fewer when the slice
+// is shorter, the rest 0, below any element) to work[(t * slices + b) * k ...].
+__global__ void __launch_bounds__(TK_THREADS) top_k_slices_kernel(const float* __restrict__ logits, int64_t ld,
+                                                                  int n, int k, uint64_t* __restrict__ work) {
+    __shared__ SelectShared sh;
+    __shared__ unsigned count;
+    const int slices = gridDim.x, b = blockIdx.x;
+    const int64_t t = blockIdx.y;
+    const int per = (n + slices - 1) / slices;
+    const int i0 = min(n, b * per), len = min(n, i0 + per) - i0;
+    const float* row = logits + t * ld;
+    uint64_t* out = work + (t * slices + b) * k;
+    auto item = [&](int i) { return order_of(__ldg(row + i0 + i), i0 + i); };
+    if (len <= k) {
+        for (int i = threadIdx.x; i < k; i += blockDim.x) out[i] = i < len ? item(i) : 0;
+        return;
+    }
+    const uint64_t th = radix_select(item, len, k, sh);
+    if (threadIdx.x == 0) count = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < len; i += blockDim.x) {
+        const uint64_t c = item(i);
+        if (c >= th) {
+            const unsigned at = atomicAdd(&count, 1u);
+            if (at < unsigned(k)) out[at] = c;  // more only if the k-th is a NaN among padding
+        }
+    }
+}
+
+// Grid T: row t's k best of its slices' candidates, sorted, to values / ids.
+__global__ void __launch_bounds__(TK_THREADS) top_k_merge_kernel(const float* __restrict__ logits, int64_t ld,
+                                                                 int n, int n_cand, int k,
+                                                                 const uint64_t* __restrict__ work,
+                                                                 float* __restrict__ values, int32_t* __restrict__ ids) {
+    __shared__ SelectShared sh;
+    __shared__ uint64_t best[TK_MAX_K];
+    __shared__ unsigned count;
+    const int64_t t = blockIdx.x;
+    const uint64_t* cand = work + t * n_cand;
+    auto item = [&](int i) { return cand[i]; };
+    const uint64_t th = radix_select(item, n_cand, k, sh);
+    if (threadIdx.x == 0) count = 0;
+    for (int j = threadIdx.x; j < k; j += blockDim.x) best[j] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n_cand; i += blockDim.x) {
+        const uint64_t c = cand[i];
+        if (c >= th) {
+            const unsigned at = atomicAdd(&count, 1u);
+            if (at < unsigned(k)) best[at] = c;
+        }
+    }
+    __syncthreads();
+    // Sorted by rank: the number of candidates larger than this one.
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        const uint64_t c = best[j];
+        int rank = 0;
+        for (int i = 0; i < k; ++i) rank += best[i] > c;
+        const int64_t idx = min(index_of(c), int64_t(n - 1));  // padding (never chosen from real logits)
+        values[t * k + rank] = logits[t * ld + idx];
+        ids[t * k + rank] = int32_t(idx);
+    }
+}
+
+int top_k_slices(int64_t n, int k) {
+    return int(std::max<int64_t>(1, std::min<int64_t>({TK_MAX_SLICES, TK_MAX_CANDIDATES / k, n / k})));
+}
+
+}  // namespace
+
+size_t top_k_work_bytes(int64_t n, int64_t T, int k) {
+    if (k < 1 || k > TK_MAX_K || k > n) return 0;
+    return size_t(T) * size_t(top_k_slices(n, k)) * size_t(k) * sizeof(uint64_t);
+}
+
+void top_k_rows(const float* logits, int64_t ld, int64_t n, int64_t T, int k, float* values, int32_t* ids,
+                void* work, cudaStream_t s) {
+    if (T == 0) return;
+    if (k < 1 || k > TK_MAX_K || k > n || n > INT_MAX || T > 65535)
+        fail(strfmt("CUDA top_k: %lld rows of %lld logits, k = %d", (long long)T, (long long)n, k));
+    const int slices = top_k_slices(n, k);
+    top_k_slices_kernel<<<dim3(unsigned(slices), unsigned(T)), TK_THREADS, 0, s>>>(logits, ld, int(n), k,
+                                                                                  static_cast<uint64_t*>(work));
+    QINFER_CUDA_LAUNCHED("top_k slices");
+    top_k_merge_kernel<<<unsigned(T), TK_THREADS, 0, s>>>(logits, ld, int(n), slices * k, k,
+                                                         static_cast<const uint64_t*>(work), values, ids);
+    QINFER_CUDA_LAUNCHED("top_k merge");
 }
 
 }  // namespace qinfer::cuda
