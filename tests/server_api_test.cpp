@@ -533,6 +533,14 @@ TEST_F(ServerTest, MetricsExposition) {
     EXPECT_GT(metric(port_, "qinfer_argmax_steps_total"), 0);
     EXPECT_LE(metric(port_, "qinfer_argmax_steps_total"), steps);
     EXPECT_EQ(metric(port_, "qinfer_offloaded_steps_total"), 0);  // CPU only: nothing to offload
+    // A sampled request (top-k 40 by default): its steps send back candidates, not logits rows.
+    const double few_before = metric(port_, "qinfer_candidate_steps_total");
+    json sampled = chat_body("count me again", 3);
+    sampled["temperature"] = 0.7;
+    sampled["seed"] = 3;
+    sampled["ignore_eos"] = true;
+    ASSERT_EQ(post(port_, "/v1/chat/completions", sampled).status, 200);
+    EXPECT_GE(metric(port_, "qinfer_candidate_steps_total"), few_before + 3);
 }
 
 // A non-streaming client that hangs up while its answer is generated: the
