@@ -49,12 +49,12 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // works. Kept per translation unit (the build has no relocatable device code)
 // and set on each device by pdl_configure_device(); QINFER_CUDA_PDL_TRIGGER_FILES
 // limits it to some source files.
-void register_pdl_trigger_setter(const char* file, void (*set)(int mode));
+void register_pdl_trigger_setter(const char* file, cudaError_t (*set)(int mode));
 void pdl_configure_device();
 #ifdef __CUDACC__
 namespace {
 __constant__ int pdl_trigger_mode;
-void set_pdl_trigger_mode(int mode) { cudaMemcpyToSymbol(pdl_trigger_mode, &mode, sizeof mode); }
+cudaError_t set_pdl_trigger_mode(int mode) { return cudaMemcpyToSymbol(pdl_trigger_mode, &mode, sizeof mode); }
 [[maybe_unused]] const bool pdl_trigger_registered =
     (register_pdl_trigger_setter(__BASE_FILE__, &set_pdl_trigger_mode), true);
 
