@@ -27,6 +27,8 @@ int BatchStep::run(const std::vector<Sequence*>& seqs) {
     return int(batch_.size());
 }
 
+static_assert(Sampler::kMaxTopCandidates <= Model::kMaxTop, "the model returns as many candidates as a sampler needs");
+
 void forward_rows(Model& model, const Batch& batch, const std::vector<Sequence*>& rows, RowOutputs& out) {
     static const bool candidates_on = env_int("QINFER_SAMPLE_CANDIDATES", 0, 1, 1) != 0;
     const size_t n_rows = rows.size();

@@ -340,8 +340,8 @@ void TransformerModel::step(const Batch& batch, HeadOut out) {
     const bool offload = offload_ && !dumper_ && offload_->begin(batch.pos, segs);
     const bool graphs = !dumper_ && !offload && n_out <= kHeadChunk;
     const bool record = T <= kGraphMaxTokens;
-    const uint64_t shape =
-        uint64_t(T) | uint64_t(segs.size()) << 20 | uint64_t(n_out) << 40 | uint64_t(top) << 47 | uint64_t(ids ? 1 : 0) << 63;
+    const uint64_t shape = uint64_t(T) | uint64_t(segs.size()) << 20 | uint64_t(n_out) << 40 |
+                           uint64_t(top) << 47 | uint64_t(ids ? 1 : 0) << 63;  // n_out <= 64, top <= 256
     int cur = -1, run = 0;
     bool issue = true;  // false: the backend replays a recording of this run
     auto t_run = std::chrono::steady_clock::now();
