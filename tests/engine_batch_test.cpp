@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <set>
 
 #include "engine/batch_step.h"
 #include "engine/sequence.h"
@@ -156,4 +157,67 @@ TEST(BatchStep, SampledSequencesDrawWhatWholeRowsDraw) {
         b.add(id, int32_t(prompt.size()) + t, 0, true);
     }
     EXPECT_EQ(generate({0}, false)[0], want);
+}
+
+// A model that records how many candidates each step asks for.
+class CountingModel final : public Model {
+public:
+    explicit CountingModel(Model& m) : m_(m) {}
+    const HParams& hparams() const override { return m_.hparams(); }
+    const gguf::File& file() const override { return m_.file(); }
+    const ModelOptions& options() const override { return m_.options(); }
+    void forward(const Batch& b, std::vector<float>& l) override { m_.forward(b, l); }
+    void forward_argmax(const Batch& b, std::vector<int32_t>& ids) override { m_.forward_argmax(b, ids); }
+    void forward_top(const Batch& b, int n, std::vector<float>& l, std::vector<int32_t>& ids) override {
+        asked.push_back(n);
+        m_.forward_top(b, n, l, ids);
+    }
+    void clear_slot(int slot) override { m_.clear_slot(slot); }
+    int slot_length(int slot) const override { return m_.slot_length(slot); }
+    std::shared_ptr<const StateStore::Snapshot> save_slot(
+        int slot, std::shared_ptr<const StateStore::Snapshot> base) const override {
+        return m_.save_slot(slot, std::move(base));
+    }
+    void restore_slot(int slot, const StateStore::Snapshot& snap, int keep) override {
+        m_.restore_slot(slot, snap, keep);
+    }
+    std::string backend_description() const override { return m_.backend_description(); }
+    bool layers_on_host() const override { return m_.layers_on_host(); }
+    bool offloads_prompts() const override { return m_.offloads_prompts(); }
+    std::vector<int> asked;
+
+private:
+    Model& m_;
+};
+
+// With penalties the candidates a pick needs follow the distinct ids of the
+// recent history; the steps ask for a few rounded counts (each a shape of the
+// step graph), not a new one at almost every token.
+TEST(BatchStep, CandidateCountsAreFewShapes) {
+    const std::string path = test::reference_path("tiny-qwen35.q8_0.gguf");
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "reference model missing: " << path;
+    EngineOptions o;
+    o.n_ctx = 96;
+    o.n_slots = 1;
+    o.n_threads = 2;
+    auto engine = Engine::load(path, o);
+    CountingModel model(engine->model());
+    GenerateRequest req;
+    req.sampling.temperature = 0.9f;
+    req.sampling.repeat_penalty = 1.2f;
+    req.sampling.seed = 4;
+    req.max_tokens = 60;
+    req.stop_at_eog = false;
+    model.clear_slot(0);
+    Sequence seq(engine->tokenizer(), int(model.hparams().n_vocab), o.n_ctx, 0, req);
+    seq.set_prompt({8193, 872, 198, 39, 4791, 1879, 8194});
+    BatchStep step(model);
+    std::vector<Sequence*> running = {&seq};
+    for (int steps = 0; step.run(running) > 0; steps++) ASSERT_LT(steps, 100);
+    ASSERT_EQ(seq.result().tokens.size(), 60u);
+    ASSERT_EQ(model.asked.size(), 60u);  // every step sent back candidates
+    std::set<int> shapes(model.asked.begin(), model.asked.end());
+    for (int n : shapes) EXPECT_EQ(n % 16, 0) << n;
+    EXPECT_LE(shapes.size(), 5u);  // 40 + up to 60 distinct ids: 48 .. 112
+    EXPECT_GE(*shapes.rbegin(), 64);  // the penalties' ids were counted
 }

@@ -1,5 +1,7 @@
 #include "engine/batch_step.h"
 
+#include <algorithm>
+
 #include "common/env.h"
 #include "common/error.h"
 
@@ -46,6 +48,11 @@ void forward_rows(Model& model, const Batch& batch, const std::vector<Sequence*>
         model.forward_argmax(batch, out.ids);
         if (out.ids.size() != n_rows) fail(strfmt("model returned %zu tokens for %zu rows", out.ids.size(), n_rows));
     } else if (all_few) {
+        // Rounded up to a multiple of 16: the count is part of the step's graph
+        // key, and with penalties it follows the distinct ids of the recent
+        // history, which would otherwise make nearly every step a new shape
+        // (run eagerly, then recorded). More candidates than needed are harmless.
+        n_top = int(std::min<int64_t>({int64_t(n_top + 15) / 16 * 16, Model::kMaxTop, model.hparams().n_vocab}));
         out.kind = RowOutputs::Candidates;
         out.n_top = n_top;
         model.forward_top(batch, n_top, out.values, out.ids);
