@@ -27,8 +27,12 @@ namespace {
 
 using test::randn;
 
-struct PageBuffer {  // page-aligned host memory, as a file mapping is
-    explicit PageBuffer(size_t n) : storage(n + 4096, 0) {
+// Page-aligned host memory that owns every page it touches, as a file mapping
+// does: pinning works on whole pages (read-only), so a buffer that ended inside
+// a page would pin the start of whatever the heap put after it, and a copy back
+// into that memory fails (cudaErrorInvalidValue), depending on the heap's layout.
+struct PageBuffer {
+    explicit PageBuffer(size_t n) : storage((n + 4095) / 4096 * 4096 + 4096, 0) {
         const uintptr_t a = reinterpret_cast<uintptr_t>(storage.data());
         p = storage.data() + ((4096 - a % 4096) % 4096);
     }

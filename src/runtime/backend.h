@@ -201,7 +201,10 @@ public:
                                  const void* src, const char* name);
     // Weights will be streamed from [host, host + bytes) (a read-only mapped
     // file) again and again: a backend may pin the range so that copies run
-    // from it directly. Best effort; false when the range stays as it is.
+    // from it directly. Best effort; false when the range stays as it is. Pins
+    // whole pages, read-only: the pages the range touches must belong to the
+    // same mapping (a file mapping's do), or memory beside it becomes read-only
+    // for the device too.
     virtual bool pin_streamed_range(const void* host, size_t bytes) { (void)host; (void)bytes; return false; }
 
     // ---- optional, for fast decode (the defaults run every op as issued)
