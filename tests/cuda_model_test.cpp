@@ -507,10 +507,7 @@ TEST_P(CudaTop, CandidatesAreTheBestLogits) {
             gpu->forward(b0, logits);
             gpu->forward_top(b1, n, top, ids);
             ASSERT_EQ(ids.size(), size_t(n));
-            std::vector<int32_t> order(static_cast<size_t>(V));
-            for (int64_t i = 0; i < V; ++i) order[size_t(i)] = int32_t(i);
-            std::stable_sort(order.begin(), order.end(),
-                             [&](int32_t a, int32_t c) { return logits[size_t(a)] > logits[size_t(c)]; });
+            const std::vector<int32_t> order = test::logit_order(logits.data(), V);
             for (int j = 0; j < n; ++j) {
                 ASSERT_EQ(ids[size_t(j)], order[size_t(j)]) << "n " << n << " pos " << pos << " rank " << j;
                 ASSERT_EQ(top[size_t(j)], logits[size_t(order[size_t(j)])]);

@@ -301,9 +301,7 @@ TEST_P(Consistency, ForwardTopReturnsTheBestLogits) {
     ASSERT_EQ(top.size(), 70u * n);
     for (size_t r = 0; r < 70; ++r) {
         const float* row = logits.data() + r * size_t(V);
-        std::vector<int32_t> order(static_cast<size_t>(V));
-        for (int64_t i = 0; i < V; ++i) order[size_t(i)] = int32_t(i);
-        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+        const std::vector<int32_t> order = test::logit_order(row, V);
         for (int j = 0; j < n; ++j) {
             ASSERT_EQ(ids[r * n + size_t(j)], order[size_t(j)]) << GetParam() << " row " << r << " rank " << j;
             ASSERT_EQ(top[r * n + size_t(j)], row[order[size_t(j)]]);

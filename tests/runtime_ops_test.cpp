@@ -22,6 +22,7 @@
 #include "quant/cpu_matmul.h"
 #include "quant/quant.h"
 #include "runtime/backend.h"
+#include "testutil.h"
 
 namespace qinfer {
 namespace {
@@ -632,14 +633,7 @@ TEST(RuntimeOps, TopKOrdersAsTheSampler) {
     lg[size_t(V) + 8] = -INFINITY;
     for (int64_t i = 0; i < V; ++i) lg[size_t(2 * V + i)] = i % 2 ? -0.0f : 0.0f;  // a row of zeros
     auto reference = [&](int64_t t, int64_t k, std::vector<int32_t>& ids) {
-        const float* row = &lg[size_t(t * V)];
-        std::vector<int32_t> order(static_cast<size_t>(V));
-        for (int64_t i = 0; i < V; ++i) order[size_t(i)] = int32_t(i);
-        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-            const float x = row[a], y = row[b];
-            if (std::isnan(x) || std::isnan(y)) return !std::isnan(x) && std::isnan(y);
-            return x > y;
-        });
+        const std::vector<int32_t> order = test::logit_order(&lg[size_t(t * V)], V);
         ids.assign(order.begin(), order.begin() + k);
     };
     for (int threads : {1, 4}) {

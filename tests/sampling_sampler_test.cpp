@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "sampling/rng.h"
 #include "sampling/sampler.h"
+#include "testutil.h"
 
 using namespace qinfer;
 
@@ -314,9 +315,7 @@ TEST(Sampler, TopCandidatesDrawWhatTheWholeRowDraws) {
     Rng r(7);
     // The backend's order: logit descending, the lower id first among equals.
     auto best = [&](const std::vector<float>& l, int n, std::vector<float>& v, std::vector<int32_t>& id) {
-        std::vector<int32_t> order(l.size());
-        for (size_t i = 0; i < l.size(); i++) order[i] = int32_t(i);
-        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[size_t(a)] > l[size_t(b)]; });
+        const std::vector<int32_t> order = test::logit_order(l.data(), int64_t(l.size()));
         v.clear();
         id.clear();
         for (int i = 0; i < n; i++) {

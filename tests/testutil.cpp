@@ -1,5 +1,7 @@
 #include "testutil.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <sys/wait.h>
@@ -81,6 +83,17 @@ void unset_env(const char* name) {
 #else
     unsetenv(name);
 #endif
+}
+
+std::vector<int32_t> logit_order(const float* row, int64_t n) {
+    std::vector<int32_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[size_t(i)] = int32_t(i);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        const float x = row[a], y = row[b];
+        if (std::isnan(x) || std::isnan(y)) return !std::isnan(x) && std::isnan(y);
+        return x > y;
+    });
+    return order;
 }
 
 }  // namespace qinfer::test

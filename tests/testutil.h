@@ -23,6 +23,11 @@ int run_command(const std::string& cmd, std::string* out, bool merge_stderr = fa
 // A fresh temporary directory, removed at process exit.
 std::string temp_dir();
 
+// Indices of row[0, n) from the largest value down, the lower index first
+// among equals (-0 equals +0), NaN last: the order of Backend::top_k and the
+// sampler's candidates, computed the plain way.
+std::vector<int32_t> logit_order(const float* row, int64_t n);
+
 // Environment switches for backend A/B tests (POSIX setenv / Windows _putenv_s).
 void set_env(const char* name, const char* value);
 void unset_env(const char* name);
