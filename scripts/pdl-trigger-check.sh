@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 export OUT="${OUT:-/tmp/qinfer-gpu-out}"; mkdir -p "$OUT"
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
 export QINFER_GPU_STEPS="05" QINFER_SKIP_CTEST=1
+export QINFER_BUILD_TARGETS="${QINFER_BUILD_TARGETS:-qinfer $(cd tests && ls cuda_*_test.cpp | sed 's/\.cpp$//' | tr '\n' ' ')}"
 bash scripts/gpu-check.sh > "$OUT/check-build.txt" 2>&1; grep -E "build|gpu " "$OUT/summary.txt" | tail -3
 echo "built at $(el) s"
 B=build-gpu; T=$B/tests/cuda_stream_test

@@ -640,6 +640,102 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
     }
 }
 
+// The q / k head norms, their rope and the attention, as an attention layer
+// issues them for decode steps of one and three sequences: with the fusion the
+// norm + rope launch also writes the step's K / V cache rows (no kv_store
+// launch). Cache bytes and outputs bit for bit, the output near the CPU's, for
+// each cache type and head size; eager steps, a recording and replays.
+TEST(CudaFusion, KvStoreInsideNormRopeEqualsKvStore) {
+    REQUIRE_GPU();
+    for (const char* off : {"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS", "QINFER_CUDA_FUSE_NORM"})
+        if (const char* v = std::getenv(off); v && std::string(v) == "0") GTEST_SKIP() << off << "=0";
+    Trio tr("QINFER_CUDA_FUSE_KV_STORE");
+    uint32_t seed = 900;
+    for (GgmlType kt : {GgmlType::F16, GgmlType::Q8_0, GgmlType::F32})
+        for (int64_t d : {int64_t(128), int64_t(256)})
+            for (int64_t T : {1, 3}) {
+                const int64_t Hk = 2, H = 8, n_ctx = 96, n_slots = 3;
+                const int n_rot = d == 256 ? 64 : 128;
+                const std::string at0 = std::string(type_name(kt)) + " d=" + std::to_string(d) + " T=" +
+                                        std::to_string(T);
+                Tensor K[3], V[3];
+                const size_t cache_bytes = row_bytes(kt, d) * size_t(Hk * n_ctx * n_slots);
+                {
+                    // earlier rows: random values in the cache's type
+                    const std::vector<float> f = randn(size_t(d * Hk * n_ctx * n_slots), ++seed);
+                    std::vector<uint8_t> bytes(cache_bytes);
+                    for (size_t r = 0; r < size_t(Hk * n_ctx * n_slots); ++r)
+                        quantize_row(kt, &f[r * size_t(d)], &bytes[r * row_bytes(kt, d)], d);
+                    for (int i = 0; i < 3; ++i) {
+                        K[i] = tr.be[i]->alloc(kt, {d, Hk, n_ctx, n_slots}, "cache k");
+                        V[i] = tr.be[i]->alloc(kt, {d, Hk, n_ctx, n_slots}, "cache v");
+                        tr.be[i]->write(K[i], bytes.data(), bytes.size());
+                        tr.be[i]->write(V[i], bytes.data(), bytes.size());
+                    }
+                }
+                const Trio::T3 qw = tr.f32({d}, "q norm"), kw = tr.f32({d}, "k norm");
+                tr.put(qw, randn(size_t(d), ++seed));
+                tr.put(kw, randn(size_t(d), ++seed));
+                const Trio::T3 q = tr.f32({d * H, T}, "q"), k = tr.f32({d * Hk, T}, "k"), v = tr.f32({d * Hk, T}, "v");
+                const Trio::T3 att = tr.out({d * H, T}, "att");
+                StepInfo st[3];
+                for (int i = 0; i < 3; ++i) {
+                    st[i].n_tokens = int(T);
+                    st[i].pos_t = tr.be[i]->alloc(GgmlType::I32, {T}, "pos");
+                    st[i].slot_t = tr.be[i]->alloc(GgmlType::I32, {T}, "slot");
+                    st[i].seg_t = tr.be[i]->alloc(GgmlType::I32, {4, T}, "seg");
+                }
+                const uint64_t f1 = fused_producers(*tr.be[1]), f2 = fused_producers(*tr.be[2]);
+                for (int step = 0; step < 4; ++step) {
+                    tr.put(q, randn(size_t(d * H * T), ++seed, 2.f));
+                    tr.put(k, randn(size_t(d * Hk * T), ++seed, 2.f));
+                    tr.put(v, randn(size_t(d * Hk * T), ++seed, 2.f));
+                    for (int i = 0; i < 3; ++i) {
+                        StepInfo& s = st[i];
+                        s.pos.clear();
+                        s.slot.clear();
+                        s.segments.clear();
+                        std::vector<int32_t> seg;
+                        for (int64_t t = 0; t < T; ++t) {
+                            const int32_t p = int32_t(20 * step + 5 * t + 3), sl = int32_t(n_slots - 1 - t);
+                            s.pos.push_back(p);
+                            s.slot.push_back(sl);
+                            s.segments.push_back({int32_t(t), 1, sl, p});
+                            seg.insert(seg.end(), {int32_t(t), 1, sl, p});
+                        }
+                        tr.be[i]->write(s.pos_t, s.pos.data(), size_t(T) * 4);
+                        tr.be[i]->write(s.slot_t, s.slot.data(), size_t(T) * 4);
+                        tr.be[i]->write(s.seg_t, seg.data(), seg.size() * 4);
+                    }
+                    for (int i = 0; i < 3; ++i) {
+                        Backend& be = *tr.be[i];
+                        const Tensor q3 = reshape(q[i], {d, H, T}), k3 = reshape(k[i], {d, Hk, T});
+                        const Tensor v3 = reshape(v[i], {d, Hk, T}), a3 = reshape(att[i], {d, H, T});
+                        be.rms_norm(q3, qw[i], 1e-6f, q3);
+                        be.rms_norm(k3, kw[i], 1e-6f, k3);
+                        be.rope_neox(q3, st[i], n_rot, 10000.f, 1.f);
+                        be.rope_neox(k3, st[i], n_rot, 10000.f, 1.f);
+                        be.attention(q3, k3, v3, KvCache{K[i], V[i]}, st[i], 1.f / std::sqrt(float(d)), a3);
+                    }
+                    const std::string at = at0 + " step " + std::to_string(step);
+                    for (const Trio::T3* t : {&q, &k, &att}) tr.expect_same_and_near_cpu(*t, "with the store fused", at);
+                    for (const Tensor* c : {K, V}) {
+                        std::vector<uint8_t> off(cache_bytes), on(cache_bytes);
+                        tr.be[1]->read(c[1], off.data(), cache_bytes);
+                        tr.be[2]->read(c[2], on.data(), cache_bytes);
+                        EXPECT_EQ(0, std::memcmp(off.data(), on.data(), cache_bytes)) << c[0].name << ", " << at;
+                    }
+                }
+                // each issued step: norm pair + ropes in one launch, and with the fusion the store there too
+                const uint64_t d1 = fused_producers(*tr.be[1]) - f1, d2 = fused_producers(*tr.be[2]) - f2;
+                EXPECT_TRUE(d1 > 0 && d2 == 2 * d1) << d1 << " / " << d2 << " fused, " << at0;
+                for (int i = 0; i < 3; ++i) {
+                    tr.be[i]->free(K[i]);
+                    tr.be[i]->free(V[i]);
+                }
+            }
+}
+
 // A decode step's delta rule (after the l2 norms of q and k, or without them),
 // the gated norm of its output heads and the product over them, as a DeltaNet
 // layer issues them: with QINFER_CUDA_FUSE_GDR_NORM the norm and its

@@ -144,6 +144,7 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
     fuse_conv_ = fuse_ && !env_is("QINFER_CUDA_FUSE_CONV", "0");
     fuse_l2_ = fuse_ && !env_is("QINFER_CUDA_FUSE_L2", "0");
     fuse_gdr_norm_ = fuse_ && !env_is("QINFER_CUDA_FUSE_GDR_NORM", "0");
+    fuse_kv_store_ = fuse_ && !env_is("QINFER_CUDA_FUSE_KV_STORE", "0");
     fuse_ffn_ = fuse_ && env_is("QINFER_CUDA_FUSE_FFN", "1");
     QINFER_CUDA_CHECK(cudaMemset(scratch(ffn_barrier_, 256, "FFN barrier"), 0, 256));
     profile_ = env_is("QINFER_CUDA_PROFILE", "1");
@@ -965,6 +966,14 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
         cuda::kv_store(kr, vr, kv, pos, slot, T, s);
         cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s, seg, n_seg, fresh);
     });
+    if (deferring()) {
+        PendingOp& po = pending_.back();
+        po.kind = PendingOp::Attention;
+        po.kv_store = cuda::KvStoreJob{kr, vr, kv, pos, slot};
+        po.run_attention = [=, s = stream_] {
+            cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s, seg, n_seg, fresh);
+        };
+    }
     chain_wrote(kv.k);
     chain_wrote(kv.v);
     wrote(cache.k);
@@ -1111,7 +1120,7 @@ void CudaBackend::enqueue(std::function<void()> fn) {
     if (in_keyed_ && keyed_eager_ && pending_.size() >= 48) {
         const PendingOp::Kind last = pending_.back().kind;
         if (last == PendingOp::Opaque || last == PendingOp::Add || last == PendingOp::Quantize ||
-            last == PendingOp::Conv || last == PendingOp::Gdr) {
+            last == PendingOp::Conv || last == PendingOp::Gdr || last == PendingOp::Attention) {
             run_pending(nullptr);
             pending_.clear();
             payloads_.clear();
@@ -1229,10 +1238,13 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
         std::function<void()> f;
         ~ReleaseOnExit() { f(); }
     } release_on_exit{[&] { if (prof) release(); }};
+    // QINFER_CUDA_SKIP_OPS what-ifs leave these out
+    auto skipped = [&](const PendingOp& o) {
+        return !skip_ops_.empty() && std::find(skip_ops_.begin(), skip_ops_.end(), o.code) != skip_ops_.end();
+    };
     for (size_t i = 0; i < n;) {
         const PendingOp& op = pending_[i];
-        if (op.payload < 0 && !skip_ops_.empty() &&
-            std::find(skip_ops_.begin(), skip_ops_.end(), op.code) != skip_ops_.end()) {
+        if (op.payload < 0 && skipped(op)) {
             ++i;
             continue;
         }
@@ -1334,7 +1346,30 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
                 return is(k, PendingOp::Norm) && is(k + 1, PendingOp::Rope) &&
                        cuda::norm_rope_fits(pending_[k].norm, nullptr, pending_[k + 1].rope, nullptr);
             };
+            // ... and the cache store of the attention right after them
+            auto store_at = [&](size_t k) {
+                return fuse_kv_store_ && is(k + 4, PendingOp::Attention) && !skipped(pending_[k + 4]) &&
+                       cuda::norm_rope_store_fits(pending_[k].norm, pending_[k + 1].norm, pending_[k + 2].rope,
+                                                  pending_[k + 3].rope, pending_[k + 4].kv_store);
+            };
             size_t used = 0;
+            if (pair_rope_at(i) && store_at(i)) {
+                const PendingOp& at = pending_[i + 4];
+                if (prof) {
+                    std::string label = "fused:";
+                    for (size_t k = i; k < i + 4; ++k) label += " " + pending_[k].label + " +";
+                    before(label + " kv_store");
+                }
+                cuda::norm_rope(op.norm, &pending_[i + 1].norm, pending_[i + 2].rope, &pending_[i + 3].rope, stream_,
+                                &at.kv_store);
+                after();
+                before(at.label + " (stored)");
+                at.run_attention();
+                after();
+                fused_producers_ += 2;
+                i += 5;
+                continue;
+            }
             if (pair_rope_at(i)) used = 4;
             else if (quant_at(i) || one_rope_at(i)) used = 2;
             // a plain pair, unless its second norm has a better partner after it

@@ -177,7 +177,8 @@ private:
         std::function<void()> run;  // empty for a write (payload index)
         int payload = -1;
         // What peephole fusion at flush needs to know (kind 0: opaque).
-        enum Kind { Opaque = 0, Matvec = 1, Add = 2, Norm = 3, Gate = 4, Quantize = 5, Rope = 6, Conv = 7, Gdr = 8 } kind = Opaque;
+        enum Kind { Opaque = 0, Matvec = 1, Add = 2, Norm = 3, Gate = 4, Quantize = 5, Rope = 6, Conv = 7, Gdr = 8,
+                    Attention = 9 } kind = Opaque;
         cuda::MatvecJob mv;  // Matvec: quantized weight, T <= 8
         cuda::ActQ act;
         int64_t T = 0;
@@ -192,6 +193,8 @@ private:
         cuda::DeltaArgs gdr{};  // Gdr (all segments on the serial kernel): the call,
         const cuda::Segment* gdr_seg = nullptr;  // which may take over the l2 norms
         int gdr_n_seg = 0, gdr_max_len = 0;      // of q and k just before it
+        cuda::KvStoreJob kv_store;  // Attention: its cache store, which the q / k norm + rope
+        std::function<void()> run_attention;  // launch may take over, and the attention alone
         std::string label;   // QINFER_CUDA_PROFILE only
         uint32_t code = 0;   // the op's signature code (op_name)
     };
@@ -208,6 +211,9 @@ private:
     // A decode step's gated norm of the delta rule's output, and its quantization,
     // inside the delta rule's launch (QINFER_CUDA_FUSE_GDR_NORM=0: separate).
     bool fuse_gdr_norm_ = true;
+    // A decode step's K / V cache rows written by the q / k norm + rope launch
+    // before the attention (QINFER_CUDA_FUSE_KV_STORE=0: kv_store's own launch).
+    bool fuse_kv_store_ = true;
     // A one-token FFN block (norm .. down + residual) as one launch
     // (cuda::ffn_decode), with QINFER_CUDA_FUSE_FFN=1 only: bit-identical, but
     // tg128 450 vs 507 tok/s on an H200 in its first form (docs/cuda-notes.md).

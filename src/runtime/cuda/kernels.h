@@ -182,7 +182,11 @@ struct RopeJob {  // rope_neox's arguments
     float base = 0.f, freq_scale = 0.f;
 };
 bool norm_rope_fits(const NormJob& a, const NormJob* b, const RopeJob& ra, const RopeJob* rb);
-void norm_rope(const NormJob& a, const NormJob* b, const RopeJob& ra, const RopeJob* rb, cudaStream_t s);
+struct KvStoreJob;
+// With `store`: the same launch also writes the step's cache rows, k as b and
+// its rope leave it (kv_store's bytes; see norm_rope_store_fits).
+void norm_rope(const NormJob& a, const NormJob* b, const RopeJob& ra, const RopeJob* rb, cudaStream_t s,
+               const KvStoreJob* store = nullptr);
 // swiglu / sigmoid_mul and then quantize_act(q) of their output, likewise.
 enum class Gate { Swiglu, SigmoidMul };
 bool gate_quantize_fits(Rows a, Rows b, Rows y, const ActDest& q);
@@ -224,6 +228,19 @@ struct KvView {
 // Writes k, v rows (Rows over heads x tokens) into the cache at (slot[t], pos[t]);
 // a q8_0 cache gets the same bytes as the CPU backend's quantize_row.
 void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, cudaStream_t s);
+// kv_store's arguments, for a decode step's q / k norm + rope launch to do its
+// work: the k rows are the second norm's (and rope's) output, so the store
+// needs no launch of its own. Applies to an F32 / F16 / Q8_0 cache of heads of
+// a multiple of 32 floats, v rows that the norms neither read nor write, and
+// the rope's positions.
+struct KvStoreJob {
+    Rows k, v;
+    KvView kv;
+    const int32_t* pos = nullptr;
+    const int32_t* slot = nullptr;
+};
+bool norm_rope_store_fits(const NormJob& a, const NormJob& b, const RopeJob& ra, const RopeJob& rb,
+                          const KvStoreJob& st);
 // out[t][h][:] = softmax(scale q.K[j]) V[j] over j <= pos[t] in slot[t]. q Rows (n1 = n_head,
 // n2 = T), out contiguous [T][n_head][d]. max_seg_len: the most tokens of one
 // sequence in the step (decode steps, up to 64 tokens and 4 per sequence, split
@@ -298,7 +315,8 @@ void gated_delta_rule_norm(const DeltaArgs& a, const Segment* seg, int n_seg, co
 // ---- sampling
 // ids[t] = argmax of row t (lowest index wins ties). logits rows of n, stride ld.
 void argmax_rows(const float* logits, int64_t ld, int64_t n, int64_t T, int32_t* ids, cudaStream_t s);
-// Caps the blocks argmax_rows spreads one row over (tests: 1 forces one block per row; 0: no cap).
+// Caps the blocks argmax_rows and top_k_rows spread one row over (tests: 1
+// forces one block per row, and top_k's two-kernel form; 0: no cap).
 void set_argmax_cluster(int cs);
 // values[t * k + j], ids[t * k + j] (j < k): the k largest logits of row t < T
 // in Backend::top_k's order. 1 <= k <= min(256, n). `work`: top_k_work_bytes.

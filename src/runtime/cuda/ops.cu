@@ -118,7 +118,53 @@ struct RegNormArgs {
     const int32_t* pos;
     int n_rot;
     double base, freq_scale;
+    // STORE: set 1's rows (k heads, after the rope) and rows_v rows of v (the
+    // grid's rows after both sets) go into the cache, as kv_store writes them.
+    Rows v;
+    int64_t rows_v;
+    unsigned char* cache_k;
+    unsigned char* cache_v;
+    int cache_type;  // 0 f32, 1 f16, 2 q8_0
+    int64_t n_kv, n_ctx;
+    const int32_t* slot;
 };
+
+// Eight values of a cache row (its elements k0 .. k0 + 7) as kv_store writes
+// them. q8_0: the 32-value block is lanes 4j .. 4j + 3 (every lane takes part
+// in the shuffles); d = amax / 127 and q = round(x / d) through the reciprocal,
+// as store_q8_0_block (attention.cu) and the CPU's quantize_row.
+__device__ __forceinline__ void store_cache8(unsigned char* cache, int type, int64_t row, int64_t d, int64_t k0,
+                                             const float (&v)[8], bool write) {
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    if (!write) return;
+    if (type == 0) {
+        float* p = reinterpret_cast<float*>(cache) + row * d + k0;
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4*>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    } else if (type == 1) {
+        auto pair = [](float lo, float hi) {
+            return unsigned(__half_as_ushort(__float2half_rn(lo))) | unsigned(__half_as_ushort(__float2half_rn(hi))) << 16;
+        };
+        *reinterpret_cast<uint4*>(reinterpret_cast<__half*>(cache) + row * d + k0) =
+            make_uint4(pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
+    } else {
+        const float dq = amax / 127;
+        const float id = dq != 0.f ? 1.0f / dq : 0.0f;
+        unsigned char* block = cache + row * (d / 32) * 34 + (k0 / 32) * 34;
+        if (k0 % 32 == 0) *reinterpret_cast<__half*>(block) = __float2half_rn(dq);
+        unsigned short* qs = reinterpret_cast<unsigned short*>(block + 2 + k0 % 32);  // 2-byte aligned
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const unsigned lo = static_cast<unsigned char>(static_cast<int8_t>(roundf(v[2 * i] * id)));
+            const unsigned hi = static_cast<unsigned char>(static_cast<int8_t>(roundf(v[2 * i + 1] * id)));
+            qs[i] = static_cast<unsigned short>(lo | hi << 8);
+        }
+    }
+}
 
 // One rotated pair as rope_neox computes it (also there): no contraction into
 // FMAs, so the fused and the plain rope round alike.
@@ -141,7 +187,7 @@ __device__ __forceinline__ void rope_cs(int32_t pos, int i, int n_rot, double ba
 
 // QK: 0 = no quantization, 1 = Q8_0, 2 = Q8_1, 3 = Q8_K.
 // (Blocks are at most 256 threads with ROPE: its double angles need registers.)
-template <NormKind KIND, bool VEC, int QK, bool ROPE = false>
+template <NormKind KIND, bool VEC, int QK, bool ROPE = false, bool STORE = false>
 __global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNormArgs a) {
     pdl_enter();
     __shared__ float red[32];
@@ -149,6 +195,8 @@ __global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNo
     const int rib = threadIdx.x / tpr, tid = threadIdx.x % tpr, lane = threadIdx.x % WARP;
     const int64_t rg = int64_t(blockIdx.x) * (blockDim.x / tpr) + rib;
     const bool live = rg < a.rows;  // dead threads still join the shuffles and the barrier
+    const int64_t rv = rg - a.rows;  // STORE: the v row (head, token) of a thread past both sets
+    const bool vrow = STORE && !live && rv < a.rows_v;
     const bool set1 = rg >= a.rows0;
     const int64_t r = set1 ? rg - a.rows0 : rg;
     const Rows x = set1 ? a.x1 : a.x0;
@@ -158,7 +206,8 @@ __global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNo
     const int64_t n = live ? x.n : 0;
     const int64_t k0 = int64_t(tid) * 8;
     float v[8], wv[8], zv[8];
-    load8<VEC>(live ? row_ptr(x, r) : x.data, k0, n, v);
+    if (vrow) load8<VEC>(row_ptr(a.v, rv), k0, a.v.n, v);
+    else load8<VEC>(live ? row_ptr(x, r) : x.data, k0, n, v);
     if (KIND != NormKind::L2) load8<VEC>(w, k0, n, wv);
     if (KIND == NormKind::RmsGated) load8<VEC>(live ? row_ptr(z, r) : z.data, k0, n, zv);
     float ss = 0.f;
@@ -176,6 +225,7 @@ __global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNo
     else s = rms_scale(ss, x.n, a.eps);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
+        if (vrow) break;  // v rows are stored as loaded
         if (KIND == NormKind::RmsGated) v[i] = rms_gated(v[i], s, wv[i], zv[i]);
         else if (KIND == NormKind::Rms) v[i] = (v[i] * s) * wv[i];
         else v[i] = v[i] * s;
@@ -216,6 +266,14 @@ __global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNo
         }
     }
     if (live) store8<VEC>(row_ptr(y, r), k0, n, v);
+    if (STORE) {
+        // k: set 1's row r = (head g, token t) as the rope left it; v: row rv.
+        const bool krow = live && set1;
+        const int64_t rr = krow ? r : rv, g = rr % a.n_kv, t = rr / a.n_kv;
+        const int64_t d = a.v.n;
+        const int64_t row = krow || vrow ? (int64_t(a.slot[t]) * a.n_ctx + a.pos[t]) * a.n_kv + g : 0;
+        store_cache8(krow ? a.cache_k : a.cache_v, a.cache_type, row, d, k0, v, (krow || vrow) && k0 < d);
+    }
     if (QK) {
         // The warp's 256 values are one span of a token row (norm_quantize_fits):
         // rows of >= 32 lanes start a token row (m == 1) or fill whole spans;
@@ -238,7 +296,7 @@ bool job_vec_ok(const NormJob& j) {
 // One launch for job a (and job b when given: same op and row length).
 template <NormKind KIND, int QK, bool ROPE = false>
 void launch_reg_norm(const NormJob& j0, const NormJob* j1, int64_t m, const ActOutPtrs& q, cudaStream_t s,
-                     const RopeJob* rope = nullptr) {
+                     const RopeJob* rope = nullptr, const KvStoreJob* store = nullptr) {
     RegNormArgs a{};
     a.x0 = j0.x;
     a.z0 = j0.op == NormOp::RmsGated ? j0.z : j0.x;
@@ -261,10 +319,29 @@ void launch_reg_norm(const NormJob& j0, const NormJob* j1, int64_t m, const ActO
         a.base = double(rope->base);
         a.freq_scale = double(rope->freq_scale);
     }
+    if (store) {
+        a.v = store->v;
+        a.rows_v = store->v.n1 * store->v.n2;
+        a.cache_k = static_cast<unsigned char*>(store->kv.k);
+        a.cache_v = static_cast<unsigned char*>(store->kv.v);
+        a.cache_type = store->kv.type == GgmlType::F32 ? 0 : store->kv.type == GgmlType::F16 ? 1 : 2;
+        a.n_kv = store->kv.n_kv;
+        a.n_ctx = store->kv.n_ctx;
+        a.slot = store->slot;
+    }
     if (a.rows == 0 || j0.x.n == 0) return;
     const int rpb = a.tpr >= 256 ? 1 : 256 / a.tpr;
-    const bool vec = job_vec_ok(j0) && (!j1 || job_vec_ok(*j1));
-    const unsigned grid = unsigned(ceil_div(a.rows, rpb));
+    const bool vec = job_vec_ok(j0) && (!j1 || job_vec_ok(*j1)) && (!store || rows_vec_ok(store->v));
+    const unsigned grid = unsigned(ceil_div(a.rows + (store ? a.rows_v : 0), rpb));
+    if constexpr (ROPE) {
+        if (store) {
+            if (vec) launch("reg_norm_kernel", reg_norm_kernel<KIND, true, QK, true, true>, dim3(grid),
+                            dim3(a.tpr * rpb), 0, s, a);
+            else launch("reg_norm_kernel", reg_norm_kernel<KIND, false, QK, true, true>, dim3(grid),
+                        dim3(a.tpr * rpb), 0, s, a);
+            return;
+        }
+    }
     if (vec) launch("reg_norm_kernel", reg_norm_kernel<KIND, true, QK, ROPE>, dim3(grid), dim3(a.tpr * rpb), 0, s, a);
     else launch("reg_norm_kernel", reg_norm_kernel<KIND, false, QK, ROPE>, dim3(grid), dim3(a.tpr * rpb), 0, s, a);
 }
@@ -509,10 +586,27 @@ bool norm_rope_fits(const NormJob& a, const NormJob* b, const RopeJob& ra, const
            rb->n_rot == ra.n_rot && rb->base == ra.base && rb->freq_scale == ra.freq_scale;
 }
 
-void norm_rope(const NormJob& a, const NormJob* b, const RopeJob& ra, const RopeJob* rb, cudaStream_t s) {
+bool norm_rope_store_fits(const NormJob& a, const NormJob& b, const RopeJob& ra, const RopeJob& rb,
+                          const KvStoreJob& st) {
+    if (!norm_rope_fits(a, &b, ra, &rb)) return false;
+    const Rows &y = b.y, &k = st.k, &v = st.v;
+    const int64_t d = y.n;
+    const bool k_is_y = k.data == y.data && k.n == d && k.n1 == y.n1 && k.n2 == y.n2 &&
+                        (k.n1 <= 1 || k.s1 == y.s1) && (k.n2 <= 1 || k.s2 == y.s2);
+    const GgmlType t = st.kv.type;
+    // v is read while a's and b's rows are written, by other threads of the launch
+    return k_is_y && (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::Q8_0) && st.kv.d == d &&
+           d % 32 == 0 && st.kv.n_kv == y.n1 && v.n == d && v.n1 == y.n1 && v.n2 == y.n2 && st.pos == ra.pos &&
+           st.slot && st.kv.k && st.kv.v && !overlap(v, a.y) && !overlap(v, b.y);
+}
+
+void norm_rope(const NormJob& a, const NormJob* b, const RopeJob& ra, const RopeJob* rb, cudaStream_t s,
+               const KvStoreJob* store) {
     if (!norm_rope_fits(a, b, ra, rb)) fail("CUDA norm_rope: the rope does not apply to the norm's rows");
-    launch_reg_norm<NormKind::Rms, 0, true>(a, b, 1, ActOutPtrs{}, s, &ra);
-    QINFER_CUDA_LAUNCHED("norm_rope");
+    if (store && !(b && norm_rope_store_fits(a, *b, ra, *rb, *store)))
+        fail("CUDA norm_rope: the cache rows cannot be stored by this launch");
+    launch_reg_norm<NormKind::Rms, 0, true>(a, b, 1, ActOutPtrs{}, s, &ra, store);
+    QINFER_CUDA_LAUNCHED(store ? "norm_rope + kv_store" : "norm_rope");
 }
 
 bool norm_quantize_fits(const NormJob& j, const ActDest& q) {
