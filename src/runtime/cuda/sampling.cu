@@ -418,6 +418,7 @@ __global__ void __launch_bounds__(TKC_THREADS, 1) top_k_cluster_kernel(const flo
         for (int j = 0; j < TKC_ITEMS; ++j) {
             const uint64_t c = full(j);
             const bool in = j * TKC_THREADS + tid < len && (c & mask) == prefix;
+            if (!__any_sync(0xffffffffu, in)) continue;  // most warps after the first pass
             const unsigned bin = in ? unsigned(c >> shift) & 255u : 256u;
             const unsigned peers = __match_any_sync(0xffffffffu, bin);
             if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[buf][bin], unsigned(__popc(peers)));
