@@ -276,10 +276,7 @@ TEST(CudaDecodeTopK, MatchesHostOrder) {
     Dev dw(cuda::top_k_work_bytes(kMaxN, T, 1) + cuda::top_k_work_bytes(kMaxN, T, 256));
     ASSERT_TRUE(dl.p && dv.p && di.p && dw.p);
     uint32_t seed = 5;
-    // one cluster per row (sm_90), and the two-kernel form (cluster capped at 1)
-    for (int cap : {0, 1})
     for (int64_t n : {256, 1000, 4097, 65537, 248320}) {
-        const ArgmaxCap cluster(cap);
         for (int k : {1, 2, 40, 64, 255, 256}) {
             if (k > n) continue;
             const int64_t ld = n + 5;
@@ -309,17 +306,14 @@ TEST(CudaDecodeTopK, Timing) {
     ASSERT_TRUE(dl.p && dv.p && di.p && dw.p);
     std::vector<float> rows = randn(size_t(n) * 64, 3);
     CU(cudaMemcpy(dl.p, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
-    for (int cap : {0, 1}) {
-        const ArgmaxCap cluster(cap);
-        for (int64_t T : {1, 64}) {
-            for (int k : {40, 256}) {
-                const double us = time_us([&] {
-                    cuda::top_k_rows(dl.as<float>(), n, n, T, k, dv.as<float>(), di.as<int32_t>(), dw.p, nullptr);
-                });
-                CU(cudaGetLastError());
-                std::printf("[ top_k ] %lld rows of %lld floats, k %d, %s: %.2f us per call (200 calls)\n",
-                            (long long)T, (long long)n, k, cap ? "two kernels" : "cluster", us);
-            }
+    for (int64_t T : {1, 64}) {
+        for (int k : {40, 256}) {
+            const double us = time_us([&] {
+                cuda::top_k_rows(dl.as<float>(), n, n, T, k, dv.as<float>(), di.as<int32_t>(), dw.p, nullptr);
+            });
+            CU(cudaGetLastError());
+            std::printf("[ top_k ] %lld rows of %lld floats, k %d: %.2f us per call (200 calls)\n", (long long)T,
+                        (long long)n, k, us);
         }
     }
 }

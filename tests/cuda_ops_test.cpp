@@ -685,8 +685,14 @@ TEST(CudaFusion, KvStoreInsideNormRopeEqualsKvStore) {
                     st[i].slot_t = tr.be[i]->alloc(GgmlType::I32, {T}, "slot");
                     st[i].seg_t = tr.be[i]->alloc(GgmlType::I32, {4, T}, "seg");
                 }
-                const uint64_t f1 = fused_producers(*tr.be[1]), f2 = fused_producers(*tr.be[2]);
+                uint64_t f1 = 0, f2 = 0;
+                // Step 0 sizes the attention's scratch (which may split its queue); then
+                // eager or recorded, recorded or replayed, replayed.
                 for (int step = 0; step < 4; ++step) {
+                    if (step == 1) {
+                        f1 = fused_producers(*tr.be[1]);
+                        f2 = fused_producers(*tr.be[2]);
+                    }
                     tr.put(q, randn(size_t(d * H * T), ++seed, 2.f));
                     tr.put(k, randn(size_t(d * Hk * T), ++seed, 2.f));
                     tr.put(v, randn(size_t(d * Hk * T), ++seed, 2.f));

@@ -315,8 +315,7 @@ void gated_delta_rule_norm(const DeltaArgs& a, const Segment* seg, int n_seg, co
 // ---- sampling
 // ids[t] = argmax of row t (lowest index wins ties). logits rows of n, stride ld.
 void argmax_rows(const float* logits, int64_t ld, int64_t n, int64_t T, int32_t* ids, cudaStream_t s);
-// Caps the blocks argmax_rows and top_k_rows spread one row over (tests: 1
-// forces one block per row, and top_k's two-kernel form; 0: no cap).
+// Caps the blocks argmax_rows spreads one row over (tests: 1 forces one block per row; 0: no cap).
 void set_argmax_cluster(int cs);
 // values[t * k + j], ids[t * k + j] (j < k): the k largest logits of row t < T
 // in Backend::top_k's order. 1 <= k <= min(256, n). `work`: top_k_work_bytes.

@@ -243,41 +243,11 @@ struct SelectShared {
     unsigned digit, remaining, whole_bin;
 };
 
-// One warp: the digit whose bin of `hist` holds the remaining-th largest
-// element (counting from the top digit down), the count still to take inside
-// it, and whether that is the whole bin.
-__device__ __forceinline__ void pick_digit(const unsigned* hist, unsigned remaining, SelectShared& sh) {
-    const int lane = threadIdx.x % WARP;
-    // lane l holds bins 255 - 8l down to 248 - 8l: the scan runs from the top digit down
-    unsigned cnt[8], sum = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) sum += cnt[j] = hist[255 - 8 * lane - j];
-    unsigned incl = sum;
-#pragma unroll
-    for (int o = 1; o < WARP; o <<= 1) {
-        const unsigned up = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += up;
-    }
-    unsigned acc = incl - sum;
-    if (acc < remaining && remaining <= incl) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            if (acc + cnt[j] >= remaining) {
-                sh.digit = unsigned(255 - 8 * lane - j);
-                sh.remaining = remaining - acc;
-                sh.whole_bin = cnt[j] == remaining - acc;
-                break;
-            }
-            acc += cnt[j];
-        }
-    }
-}
-
 // The smallest threshold such that exactly k of the n numbers item(i) are >=
 // it (1 <= k <= n, all distinct). Every thread of the block calls it.
 template <class Item>
 __device__ uint64_t radix_select(const Item& item, int n, int k, SelectShared& sh) {
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, lane = tid % WARP;
     uint64_t prefix = 0, mask = 0;
     unsigned remaining = unsigned(k);
     for (int shift = 56; shift >= 0; shift -= 8) {
@@ -288,7 +258,31 @@ __device__ uint64_t radix_select(const Item& item, int n, int k, SelectShared& s
             if ((c & mask) == prefix) atomicAdd(&sh.hist[(c >> shift) & 255u], 1u);
         }
         __syncthreads();
-        if (tid < WARP) pick_digit(sh.hist, remaining, sh);
+        if (tid < WARP) {
+            // lane l holds bins 255 - 8l down to 248 - 8l: the scan runs from the top digit down
+            unsigned cnt[8], sum = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) sum += cnt[j] = sh.hist[255 - 8 * lane - j];
+            unsigned incl = sum;
+#pragma unroll
+            for (int o = 1; o < WARP; o <<= 1) {
+                const unsigned up = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += up;
+            }
+            unsigned acc = incl - sum;
+            if (acc < remaining && remaining <= incl) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    if (acc + cnt[j] >= remaining) {
+                        sh.digit = unsigned(255 - 8 * lane - j);
+                        sh.remaining = remaining - acc;
+                        sh.whole_bin = cnt[j] == remaining - acc;
+                        break;
+                    }
+                    acc += cnt[j];
+                }
+            }
+        }
         __syncthreads();
         prefix |= uint64_t(sh.digit) << shift;
         mask |= uint64_t(255) << shift;
@@ -298,19 +292,6 @@ __device__ uint64_t radix_select(const Item& item, int n, int k, SelectShared& s
         if (done) break;
     }
     return prefix;  // the digits below the last chosen one are 0: the whole bin is in
-}
-
-// The k numbers of best[] (a row's k best) to values / ids sorted by rank: the
-// number of candidates larger than each. After a barrier over best[].
-__device__ void write_sorted(const uint64_t* best, int k, const float* row, int n, float* values, int32_t* ids) {
-    for (int j = threadIdx.x; j < k; j += blockDim.x) {
-        const uint64_t c = best[j];
-        int rank = 0;
-        for (int i = 0; i < k; ++i) rank += best[i] > c;
-        const int64_t idx = min(index_of(c), int64_t(n - 1));  // padding (never chosen from real logits)
-        values[rank] = row[idx];
-        ids[rank] = int32_t(idx);
-    }
 }
 
 // Grid (slices, T): slice b of row t writes its k best (fewer when the slice
@@ -365,109 +346,15 @@ __global__ void __launch_bounds__(TK_THREADS) top_k_merge_kernel(const float* __
         }
     }
     __syncthreads();
-    write_sorted(best, k, logits + t * ld, n, values + t * k, ids + t * k);
-}
-
-// One launch on sm_90: row t is read by a cluster of cs blocks (blockIdx.x / cs
-// = t), each holding its part of the row in registers (TKC_ITEMS order keys
-// per thread, read once). The radix select runs over the whole row: every pass
-// each block counts its elements into a shared-memory histogram (lanes with
-// the same digit add once), the cluster's histograms are summed through
-// distributed shared memory by every block, and every block picks the same
-// digit. Histograms alternate between two buffers, so one cluster barrier per
-// pass suffices. Then each block sends its elements >= the threshold to the
-// first block's shared memory, which sorts them by rank.
-constexpr int TKC_THREADS = 1024;
-constexpr int TKC_ITEMS = 16;
-
-__global__ void __launch_bounds__(TKC_THREADS, 1) top_k_cluster_kernel(const float* __restrict__ logits, int64_t ld,
-                                                                      int n, int k, float* __restrict__ values,
-                                                                      int32_t* __restrict__ ids) {
-#if __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    __shared__ unsigned hist[2][256];
-    __shared__ unsigned total[256];
-    __shared__ SelectShared sh;
-    __shared__ uint64_t best[TK_MAX_K];
-    __shared__ unsigned count;
-    const int cs = int(cluster.num_blocks()), rank = int(cluster.block_rank()), tid = threadIdx.x;
-    const int64_t t = blockIdx.x / cs;
-    const int per = (n + cs - 1) / cs;
-    const int i0 = min(n, rank * per), len = min(n, i0 + per) - i0;
-    const float* row = logits + t * ld;
-    uint32_t key[TKC_ITEMS];  // the order key of element i0 + j * TKC_THREADS + tid (0 past the part)
-#pragma unroll
-    for (int j = 0; j < TKC_ITEMS; ++j) {
-        const int i = j * TKC_THREADS + tid;
-        key[j] = i < len ? uint32_t(order_of(__ldg(row + i0 + i), 0) >> 32) : 0u;
+    // Sorted by rank: the number of candidates larger than this one.
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        const uint64_t c = best[j];
+        int rank = 0;
+        for (int i = 0; i < k; ++i) rank += best[i] > c;
+        const int64_t idx = min(index_of(c), int64_t(n - 1));  // padding (never chosen from real logits)
+        values[t * k + rank] = logits[t * ld + idx];
+        ids[t * k + rank] = int32_t(idx);
     }
-    auto full = [&](int j) { return uint64_t(key[j]) << 32 | uint32_t(0xffffffffu - uint32_t(i0 + j * TKC_THREADS + tid)); };
-    if (tid < 256) hist[0][tid] = hist[1][tid] = 0;
-    if (rank == 0) {
-        for (int j = tid; j < k; j += TKC_THREADS) best[j] = 0;
-        if (tid == 0) count = 0;
-    }
-    __syncthreads();
-    const int lane = tid % WARP;
-    uint64_t prefix = 0, mask = 0;
-    unsigned remaining = unsigned(k);
-    int buf = 0;
-    for (int shift = 56; shift >= 0; shift -= 8, buf ^= 1) {
-#pragma unroll
-        for (int j = 0; j < TKC_ITEMS; ++j) {
-            const uint64_t c = full(j);
-            const bool in = j * TKC_THREADS + tid < len && (c & mask) == prefix;
-            if (!__any_sync(0xffffffffu, in)) continue;  // most warps after the first pass
-            const unsigned bin = in ? unsigned(c >> shift) & 255u : 256u;
-            const unsigned peers = __match_any_sync(0xffffffffu, bin);
-            if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[buf][bin], unsigned(__popc(peers)));
-        }
-        cluster.sync();  // every block's counts of this pass are in
-        if (tid < 256) {
-            unsigned sum = 0;
-            for (int r = 0; r < cs; ++r) sum += *cluster.map_shared_rank(&hist[buf][tid], r);
-            total[tid] = sum;
-            // the other buffer was last read in the previous pass, before every block reached this barrier
-            hist[buf ^ 1][tid] = 0;
-        }
-        __syncthreads();
-        if (tid < WARP) pick_digit(total, remaining, sh);
-        __syncthreads();
-        prefix |= uint64_t(sh.digit) << shift;
-        mask |= uint64_t(255) << shift;
-        remaining = sh.remaining;
-        if (sh.whole_bin) break;  // the same in every block
-    }
-    // exactly k elements of the row are >= prefix
-    unsigned* first_count = cluster.map_shared_rank(&count, 0);
-    uint64_t* first_best = cluster.map_shared_rank(best, 0);
-#pragma unroll
-    for (int j = 0; j < TKC_ITEMS; ++j) {
-        const uint64_t c = full(j);
-        if (j * TKC_THREADS + tid < len && c >= prefix) {
-            const unsigned at = atomicAdd(first_count, 1u);
-            if (at < unsigned(k)) first_best[at] = c;
-        }
-    }
-    cluster.sync();  // the first block has every candidate; the others may leave
-    if (rank == 0) write_sorted(best, k, row, n, values + t * k, ids + t * k);
-#endif
-}
-
-// The cluster size top_k_rows uses for rows of n: the device's argmax cluster
-// (capped as argmax's) when it holds the row in registers, else 0 (two kernels).
-int top_k_cluster_size(int64_t n, int cap) {
-    int cs = auto_cluster_size();
-    while (cap > 0 && cs > cap) cs /= 2;
-    if (cs < 2 || n > int64_t(cs) * TKC_THREADS * TKC_ITEMS) return 0;
-    static std::once_flag once;  // (per process: the attribute is set on the current device's kernel)
-    std::call_once(once, [] {
-        if (cudaFuncSetAttribute(top_k_cluster_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-            cudaSuccess)
-            cudaGetLastError();
-    });
-    return cs;
 }
 
 int top_k_slices(int64_t n, int k) {
@@ -486,14 +373,6 @@ void top_k_rows(const float* logits, int64_t ld, int64_t n, int64_t T, int k, fl
     if (T == 0) return;
     if (k < 1 || k > TK_MAX_K || k > n || n > INT_MAX || T > 65535)
         fail(strfmt("CUDA top_k: %lld rows of %lld logits, k = %d", (long long)T, (long long)n, k));
-    if (const int cs = top_k_cluster_size(n, g_cluster_override.load())) {
-        cudaLaunchAttribute attr;
-        cudaLaunchConfig_t cfg = cluster_config(cs, T, s, attr);
-        cfg.blockDim = dim3(TKC_THREADS);
-        QINFER_CUDA_CHECK(cudaLaunchKernelEx(&cfg, top_k_cluster_kernel, logits, ld, int(n), k, values, ids));
-        QINFER_CUDA_LAUNCHED("top_k cluster");
-        return;
-    }
     const int slices = top_k_slices(n, k);
     top_k_slices_kernel<<<dim3(unsigned(slices), unsigned(T)), TK_THREADS, 0, s>>>(logits, ld, int(n), k,
                                                                                   static_cast<uint64_t*>(work));
