@@ -46,9 +46,10 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // A/B switch): 0 at their top, 1 (the default) once their inputs are ready
 // (after pdl_wait), 2 only at their exit. At the top, a chain of short kernels
 // each triggering at once can put several kernels' blocks on the SMs, waiting,
-// beside the one that works (mode 1 decodes 3-5% faster on an H200). Kept per translation unit (the build has no relocatable device code)
-// and set on each device by pdl_configure_device(); QINFER_CUDA_PDL_TRIGGER_FILES
-// limits it to some source files.
+// beside the one that works (mode 1 decodes 3-5% faster on an H200). Kept per
+// translation unit (the build has no relocatable device code) and set on each
+// device by pdl_configure_device(); QINFER_CUDA_PDL_TRIGGER_FILES limits it to
+// some source files.
 void register_pdl_trigger_setter(const char* file, cudaError_t (*set)(int mode));
 void pdl_configure_device();
 #ifdef __CUDACC__
