@@ -61,13 +61,9 @@ __device__ __forceinline__ void q8K_from_regs(const float (&v)[8], int lane, boo
 template <bool WITH_SUM>
 __device__ __forceinline__ void q8_0_from_regs(const float (&v)[8], int lane, bool valid, int8_t* qs, float* d_out,
                                                float* s_out, int16_t* bsum) {
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float amax = block32_amax(v);
     const float d = amax / 127;
-    const float id = d != 0.f ? 1.0f / d : 0.0f;
+    const float id = q8_0_reciprocal(d);
     int sum = 0;
     int8_t* q = qs + lane * 8;
 #pragma unroll

@@ -50,11 +50,9 @@ __global__ void kv_store_kernel(Rows k, Rows v, KT* __restrict__ K, KT* __restri
 // as quantize_ref_q8_0 (quant/quantize.cpp): d = amax / 127, q = round(x / d)
 // with ties away from zero, through the reciprocal as there.
 __device__ __forceinline__ void store_q8_0_block(float x, unsigned char* block, int lane) {
-    const float amax = warp_max(fabsf(x));
-    const float d = amax / 127;
-    const float id = d != 0.f ? 1.0f / d : 0.0f;
+    const float d = warp_max(fabsf(x)) / 127;
     if (lane == 0) *reinterpret_cast<__half*>(block) = __float2half_rn(d);
-    block[2 + lane] = static_cast<unsigned char>(static_cast<int8_t>(roundf(x * id)));
+    block[2 + lane] = q8_0_ref_quant(x, q8_0_reciprocal(d));
 }
 
 // One warp per (token = blockIdx.y, kv head, 32-block) of K and of V.

@@ -962,17 +962,18 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     float* op = static_cast<float*>(out.data);
     sig(uint32_t(12), qr, kr, vr, kv.k, kv.v, kv.type, d, n_kv, kv.n_ctx, kv.n_slots, pos, slot, T, scale, op, work,
         max_len, seg, n_seg, fresh);
+    auto attend = [=, s = stream_] {
+        cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s, seg, n_seg, fresh);
+    };
     enqueue([=, s = stream_] {
         cuda::kv_store(kr, vr, kv, pos, slot, T, s);
-        cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s, seg, n_seg, fresh);
+        attend();
     });
-    if (deferring()) {
+    if (deferring()) {  // the store may move into the q / k norm + rope launch (run_pending)
         PendingOp& po = pending_.back();
         po.kind = PendingOp::Attention;
         po.kv_store = cuda::KvStoreJob{kr, vr, kv, pos, slot};
-        po.run_attention = [=, s = stream_] {
-            cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s, seg, n_seg, fresh);
-        };
+        po.run_attention = attend;
     }
     chain_wrote(kv.k);
     chain_wrote(kv.v);

@@ -52,6 +52,23 @@ __device__ __forceinline__ float block_max(float v, float* red) {
     return warp_max(v);
 }
 
+// The largest |value| of a 32-value block held as 8 values by each of 4
+// consecutive lanes (lanes 4j .. 4j + 3); every lane of the warp must call.
+__device__ __forceinline__ float block32_amax(const float (&v)[8]) {
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    return fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+}
+// A GGUF q8_0 block as the CPU's quantize_row writes it (quantize_ref_q8_0):
+// d = amax / 127, q = round(x / d) through the reciprocal, ties away from zero
+// (the activation quantizers round ties to even instead: act_quant.cuh).
+__device__ __forceinline__ float q8_0_reciprocal(float d) { return d != 0.f ? 1.0f / d : 0.0f; }
+__device__ __forceinline__ unsigned char q8_0_ref_quant(float x, float id) {
+    return static_cast<unsigned char>(static_cast<int8_t>(roundf(x * id)));
+}
+
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
 // Round to nearest even (matches fp32_to_fp16 / fp32_to_bf16 of common/fp16.h).

@@ -131,15 +131,10 @@ struct RegNormArgs {
 
 // Eight values of a cache row (its elements k0 .. k0 + 7) as kv_store writes
 // them. q8_0: the 32-value block is lanes 4j .. 4j + 3 (every lane takes part
-// in the shuffles); d = amax / 127 and q = round(x / d) through the reciprocal,
-// as store_q8_0_block (attention.cu) and the CPU's quantize_row.
+// in the shuffles), quantized as store_q8_0_block (attention.cu) does.
 __device__ __forceinline__ void store_cache8(unsigned char* cache, int type, int64_t row, int64_t d, int64_t k0,
                                              const float (&v)[8], bool write) {
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float amax = block32_amax(v);
     if (!write) return;
     if (type == 0) {
         float* p = reinterpret_cast<float*>(cache) + row * d + k0;
@@ -152,17 +147,13 @@ __device__ __forceinline__ void store_cache8(unsigned char* cache, int type, int
         *reinterpret_cast<uint4*>(reinterpret_cast<__half*>(cache) + row * d + k0) =
             make_uint4(pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
     } else {
-        const float dq = amax / 127;
-        const float id = dq != 0.f ? 1.0f / dq : 0.0f;
+        const float dq = amax / 127, id = q8_0_reciprocal(dq);
         unsigned char* block = cache + row * (d / 32) * 34 + (k0 / 32) * 34;
         if (k0 % 32 == 0) *reinterpret_cast<__half*>(block) = __float2half_rn(dq);
         unsigned short* qs = reinterpret_cast<unsigned short*>(block + 2 + k0 % 32);  // 2-byte aligned
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const unsigned lo = static_cast<unsigned char>(static_cast<int8_t>(roundf(v[2 * i] * id)));
-            const unsigned hi = static_cast<unsigned char>(static_cast<int8_t>(roundf(v[2 * i + 1] * id)));
-            qs[i] = static_cast<unsigned short>(lo | hi << 8);
-        }
+        for (int i = 0; i < 4; ++i)
+            qs[i] = static_cast<unsigned short>(q8_0_ref_quant(v[2 * i], id) | q8_0_ref_quant(v[2 * i + 1], id) << 8);
     }
 }
 
