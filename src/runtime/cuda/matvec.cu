@@ -371,6 +371,31 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
     }
 }
 
+// The quantized activations of one token row of up to kmax elements (a
+// multiple of 256) in shared memory: quants, block scales, 16-element sums,
+// each section 16-byte aligned (the product kernels load them 8 and 16 bytes
+// at a time).
+__host__ __device__ constexpr int smem_act_d_at(int kmax) { return kmax; }
+__host__ __device__ constexpr int smem_act_bsum_at(int kmax) { return (kmax + kmax / 256 * 4 + 15) / 16 * 16; }
+__host__ __device__ constexpr int smem_act_bytes(int kmax) { return smem_act_bsum_at(kmax) + kmax / 16 * 2; }
+struct SmemAct {
+    int8_t* qs;
+    float* d;
+    int16_t* bsum;
+    __device__ SmemAct(void* base, int kmax)
+        : qs(static_cast<int8_t*>(base)),
+          d(reinterpret_cast<float*>(static_cast<int8_t*>(base) + smem_act_d_at(kmax))),
+          bsum(reinterpret_cast<int16_t*>(static_cast<int8_t*>(base) + smem_act_bsum_at(kmax))) {}
+    __device__ ActQ view(int K) const {
+        ActQ a;
+        a.qs = qs;
+        a.d = d;
+        a.bsum = bsum;
+        a.K = K;
+        return a;
+    }
+};
+
 // ---- v3 (one token, K-quants): R rows per warp.
 // The one-row-per-warp kernel is bound by its shape, not by bytes: a K = 2560
 // row is 1,440 bytes of Q4_K, three steps of a warp, and every step reads
@@ -543,13 +568,18 @@ __device__ __forceinline__ void rows_store(const MvJobDev& j, int64_t row0, int 
 constexpr int rows_min_blocks(int R, int S) { return S > 1 ? 5 : R >= 8 ? 4 : R == 4 ? 6 : 8; }
 
 // TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
-template <int R, int TYI, int S = 1>
-__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, S)) mmv_rows_kernel(MvBatch b, ActQ A) {
+// The job of this block (jobs own consecutive block ranges).
+__device__ __forceinline__ const MvJobDev& block_job(const MvBatch& b) {
     int ji = 0;
 #pragma unroll
     for (int i = 1; i < kMaxMatvecJobs; ++i)
         if (i < b.n && int(blockIdx.x) >= b.job[i].block0) ji = i;
-    const MvJobDev& j = b.job[ji];
+    return b.job[ji];
+}
+
+template <int R, int TYI, int S = 1>
+__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, S)) mmv_rows_kernel(MvBatch b, ActQ A) {
+    const MvJobDev& j = block_job(b);
     const GgmlType type = TYI >= 0 ? GgmlType(TYI) : GgmlType(j.type);
     const int rpw = j.rpw;
     const int64_t row0 = (int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP) * rpw;
@@ -572,6 +602,94 @@ void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const 
         case GgmlType::Q5_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q5_K), S>, grid, block, 0, s, b, act);
         default: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q6_K), S>, grid, block, 0, s, b, act);
     }
+}
+
+// ---- One row per warp, the activations staged in shared memory.
+// A one-row-per-warp product (the 2,560 rows of ffn_down, ssm_out, attn_output)
+// is one wave of ~20 warps per SM whose lanes walk their row in steps of 32
+// units. With the activations loaded beside the weights a step holds twice the
+// weight bytes in registers, so at most two steps fit in flight: a K = 4096 row
+// (4.5 units per lane) is five DRAM round trips one after the other, a K = 9216
+// Q4_K row five at two steps. Here the block copies the token's quantized
+// activations (~10 KB at K = 9216) into shared memory once, after the wait, and
+// each lane keeps S steps of weight loads in flight, refilling a step's
+// registers as soon as its dot product is done. Units are added in the order
+// of S = 1: bit-identical (cuda_matvec_test).
+__device__ __forceinline__ void stage_act(const ActQ& g, const SmemAct& s, int K) {
+    for (int i = int(threadIdx.x); i < K / 16; i += int(blockDim.x))
+        reinterpret_cast<int4*>(s.qs)[i] = ld16(g.qs + 16 * i);
+    for (int i = int(threadIdx.x); i < K / 256; i += int(blockDim.x)) s.d[i] = __ldg(g.d + i);
+    for (int i = int(threadIdx.x); i < K / 32; i += int(blockDim.x))
+        reinterpret_cast<int*>(s.bsum)[i] = __ldg(reinterpret_cast<const int*>(g.bsum) + i);
+    __syncthreads();
+}
+
+template <GgmlType TY, int S>
+__device__ __forceinline__ void staged_row(const MvJobDev& j, int64_t row, const ActQ& A, void* smem, int lane) {
+    using U = RowUnit<TY>;
+    const int units = int(j.w.bpr) * U::UPB;
+    const bool live = row < j.N;
+    const int64_t blk0 = (live ? row : j.N - 1) * j.w.bpr;
+    typename U::W cw[S];
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+        if (live && lane + WARP * s < units) cw[s] = U::load_w(j.w, blk0, lane + WARP * s);
+    pdl_wait_inputs();  // weights only so far
+    const int K = int(A.K);
+    const SmemAct sa(smem, K);
+    stage_act(A, sa, K);  // every warp of the block takes part
+    if (!live) return;
+    const ActQ a = sa.view(K);
+    float acc[1] = {0.f};
+    for (int u0 = lane; u0 < units; u0 += WARP * S) {
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            const int u = u0 + WARP * s;
+            if (u >= units) break;
+            acc[0] += U::dot(cw[s], U::template load_a<FromShared>(a, u), u);
+            if (u + WARP * S < units) cw[s] = U::load_w(j.w, blk0, u + WARP * S);
+        }
+    }
+    rows_store<1>(j, row, 1, acc, lane);
+}
+
+// TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
+template <int TYI, int S>
+__global__ void __launch_bounds__(MMV_WARPS * WARP, 5) mmv_staged_kernel(MvBatch b, ActQ A) {
+    extern __shared__ int4 staged_smem[];
+    const MvJobDev& j = block_job(b);
+    const GgmlType type = TYI >= 0 ? GgmlType(TYI) : GgmlType(j.type);
+    const int64_t row = int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP;
+    const int lane = threadIdx.x % WARP;
+    pdl_trigger_at_top();
+    if (type == GgmlType::Q4_K) staged_row<GgmlType::Q4_K, S>(j, row, A, staged_smem, lane);
+    else if (type == GgmlType::Q5_K) staged_row<GgmlType::Q5_K, S>(j, row, A, staged_smem, lane);
+    else staged_row<GgmlType::Q6_K, S>(j, row, A, staged_smem, lane);
+}
+
+template <int S>
+void staged_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const ActQ& act) {
+    const dim3 grid{unsigned(blocks)}, block{MMV_WARPS * WARP};
+    const size_t smem = size_t(smem_act_bytes(int(act.K)));
+    const char* what = "matmul_vec (staged)";
+    if (mixed) return launch(what, mmv_staged_kernel<-1, S>, grid, block, smem, s, b, act);
+    switch (GgmlType(b.job[0].type)) {
+        case GgmlType::Q4_K: return launch(what, mmv_staged_kernel<int(GgmlType::Q4_K), S>, grid, block, smem, s, b, act);
+        case GgmlType::Q5_K: return launch(what, mmv_staged_kernel<int(GgmlType::Q5_K), S>, grid, block, smem, s, b, act);
+        default: return launch(what, mmv_staged_kernel<int(GgmlType::Q6_K), S>, grid, block, smem, s, b, act);
+    }
+}
+
+// Rows of this many elements or more take the staged kernel when it is on.
+constexpr int64_t kStagedRow = 4096;
+// Its steps in flight, 0 for off: QINFER_CUDA_MV_STAGED=0|2|3|4 (A/B), or
+// set_matvec_staged() (tests: every one-row-per-warp product, any K).
+constexpr int kStagedDefault = 0;
+std::atomic<int> g_staged_override{0};
+int staged_steps(int64_t K) {
+    if (const int forced = g_staged_override.load(std::memory_order_relaxed)) return forced < 0 ? 0 : forced;
+    static const int from_env = env_int_of("QINFER_CUDA_MV_STAGED", {0, 2, 3, 4}, kStagedDefault);
+    return K >= kStagedRow ? from_env : 0;
 }
 
 // Steps in flight per lane (S > 1 only at one row per warp): two for long rows
@@ -601,7 +719,11 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
     if (blocks >= (int64_t(1) << 31)) fail(strfmt("CUDA matvec: %lld blocks", (long long)blocks));
     if (blocks == 0) return;
     if (R == 1) {
-        if (steps_in_flight(jobs[0].w.K, R) == 2) rows_start<1, 2>(b, int(blocks), mixed, s, act);
+        const int st = staged_steps(jobs[0].w.K);
+        if (st == 2) staged_start<2>(b, int(blocks), mixed, s, act);
+        else if (st == 3) staged_start<3>(b, int(blocks), mixed, s, act);
+        else if (st == 4) staged_start<4>(b, int(blocks), mixed, s, act);
+        else if (steps_in_flight(jobs[0].w.K, R) == 2) rows_start<1, 2>(b, int(blocks), mixed, s, act);
         else rows_start<1>(b, int(blocks), mixed, s, act);
     } else if (R == 2) rows_start<2>(b, int(blocks), mixed, s, act);
     else if (R == 8) rows_start<8>(b, int(blocks), mixed, s, act);
@@ -612,6 +734,10 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
 
 void set_matvec_rows(int r) {
     g_rows_override.store(r == 1 || r == 2 || r == 4 || r == 8 ? r : 0, std::memory_order_relaxed);
+}
+
+void set_matvec_staged(int steps) {
+    g_staged_override.store(steps == -1 || steps == 2 || steps == 3 || steps == 4 ? steps : 0, std::memory_order_relaxed);
 }
 
 // ---- the decode FFN block in one launch (FfnJob in kernels.h)
@@ -685,30 +811,6 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar) {
     __syncthreads();
 }
 
-// The quantized activations of one token row of up to kmax elements (a
-// multiple of 256) in shared memory: quants, block scales, 16-element sums,
-// each section 16-byte aligned (the product kernels load them 8 and 16 bytes
-// at a time).
-__host__ __device__ constexpr int smem_act_d_at(int kmax) { return kmax; }
-__host__ __device__ constexpr int smem_act_bsum_at(int kmax) { return (kmax + kmax / 256 * 4 + 15) / 16 * 16; }
-__host__ __device__ constexpr int smem_act_bytes(int kmax) { return smem_act_bsum_at(kmax) + kmax / 16 * 2; }
-struct SmemAct {
-    int8_t* qs;
-    float* d;
-    int16_t* bsum;
-    __device__ SmemAct(void* base, int kmax)
-        : qs(static_cast<int8_t*>(base)),
-          d(reinterpret_cast<float*>(static_cast<int8_t*>(base) + smem_act_d_at(kmax))),
-          bsum(reinterpret_cast<int16_t*>(static_cast<int8_t*>(base) + smem_act_bsum_at(kmax))) {}
-    __device__ ActQ view(int K) const {
-        ActQ a;
-        a.qs = qs;
-        a.d = d;
-        a.bsum = bsum;
-        a.K = K;
-        return a;
-    }
-};
 
 // One block has E / 8 threads (norm_quantize's row threads: a warp per
 // 256-element span). Phases: L2 prefetch of the weights; rms_norm + Q8_K
