@@ -100,7 +100,7 @@ class CudaModel : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaModel, LogitsMatchCpuBackend) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const std::string path = test::reference_path(GetParam());
-    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     auto cpu = load_on(path, false, 64);
     auto gpu = load_on(path, true, 64);
     const int64_t V = cpu->hparams().n_vocab;
@@ -168,7 +168,7 @@ class CudaModelQ8Cache : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaModelQ8Cache, LogitsMatchCpuWithTheSameCache) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const std::string path = test::reference_path(GetParam());
-    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     ModelOptions opt = options(64);
     opt.kv_type = GgmlType::Q8_0;
     const std::vector<float> lc = run_batch(*Model::load(path, opt), kS7);
@@ -208,7 +208,7 @@ INSTANTIATE_TEST_SUITE_P(Reference, CudaModelQ8Cache,
 TEST(CudaModelBatch, AutoBatchFollowsThePlacement) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const std::string path = test::reference_path("tiny-qwen35.q8_0.gguf");
-    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     const HParams hp = HParams::from_gguf(*gguf::File::open(path));
     ModelOptions opt = options(256);
     opt.n_batch = kBatchAuto;
@@ -228,7 +228,7 @@ class CudaSplit : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaSplit, HalfTheLayersOnTheGpuMatchesCpu) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const std::string path = test::reference_path(GetParam());
-    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     auto cpu = load_on(path, false, 64);
     const std::vector<float> lc = run_batch(*cpu, kS7);
     const HParams hp = HParams::from_gguf(*gguf::File::open(path));
@@ -277,7 +277,7 @@ class CudaLongPrompt : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaLongPrompt, GpuAndPromptOffloadMatchCpu) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const std::string path = test::reference_path(GetParam());
-    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     const HParams hp = HParams::from_gguf(*gguf::File::open(path));
     std::vector<int32_t> ids;
     for (int i = 0; i < 256; ++i) ids.push_back(int32_t(100 + (i * 7919) % int(hp.n_vocab - 200)));
@@ -346,7 +346,7 @@ INSTANTIATE_TEST_SUITE_P(Reference, CudaLongPrompt,
 TEST(CudaLongPromptQ8Cache, PromptOffloadFillsTheCpuCache) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const std::string path = test::reference_path("tiny-qwen35.q8_0.gguf");
-    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     const HParams hp = HParams::from_gguf(*gguf::File::open(path));
     ModelOptions opt = options(512);
     opt.n_batch = 256;
@@ -392,7 +392,7 @@ class CudaBatchedDecode : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaBatchedDecode, RowsMatchTheSequenceAlone) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const std::string path = test::reference_path(GetParam());
-    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     const HParams hp = HParams::from_gguf(*gguf::File::open(path));
     constexpr int kSeqs = 16, kPrompt = 5;
     auto load = [&] {
@@ -451,7 +451,7 @@ TEST_P(CudaGreedy, EqualsReferenceIds) {
     const std::string stem = GetParam();
     const std::string path = test::reference_path(stem + ".gguf");
     std::string jpath = test::reference_path(stem + ".s7.json");
-    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     if (!std::ifstream(jpath).good()) jpath = test::reference_path(stem.substr(stem.find('/') + 1) + ".s7.json");
     const nlohmann::json ref = nlohmann::json::parse(test::read_text(jpath));
     const std::vector<int32_t> greedy = ref["greedy"].get<std::vector<int32_t>>();
@@ -489,7 +489,7 @@ class CudaTop : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaTop, CandidatesAreTheBestLogits) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const std::string path = test::reference_path(GetParam());
-    if (!std::ifstream(path).good()) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     ModelOptions opt = options(64);
     opt.n_slots = 2;
     auto gpu = load_gpu(path, opt);

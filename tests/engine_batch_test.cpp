@@ -19,7 +19,7 @@ using namespace qinfer;
 
 TEST(BatchStep, ManySequencesMatchSingleRuns) {
     const std::string path = test::reference_path("tiny-qwen35.q8_0.gguf");
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     EngineOptions o;
     o.n_ctx = 128;
     o.n_slots = 3;
@@ -85,7 +85,7 @@ TEST(BatchStep, ManySequencesMatchSingleRuns) {
 // back to logits.
 TEST(BatchStep, SampledSequencesDrawWhatWholeRowsDraw) {
     const std::string path = test::reference_path("tiny-qwen35.q8_0.gguf");
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     EngineOptions o;
     o.n_ctx = 96;
     o.n_slots = 3;
@@ -195,7 +195,7 @@ private:
 // step graph), not a new one at almost every token.
 TEST(BatchStep, CandidateCountsAreFewShapes) {
     const std::string path = test::reference_path("tiny-qwen35.q8_0.gguf");
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     EngineOptions o;
     o.n_ctx = 96;
     o.n_slots = 1;

@@ -152,7 +152,7 @@ TEST_F(EngineTest, InfoAndDefaults) {
 
 TEST(EngineOptionsBatch, ExplicitKeptNegativeRefused) {
     const std::string path = test::reference_path("tiny-qwen35.f16.gguf");
-    if (!fs::exists(path)) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     EngineOptions o;
     o.n_ctx = 64;
     o.n_threads = 1;

@@ -549,7 +549,7 @@ TEST_F(ServerTest, MetricsExposition) {
 // than the time to notice, so a fast machine cannot finish it first.
 TEST(ServerDisconnect, NonStreamingClientThatHangsUpIsCancelled) {
     const std::string path = test::reference_path(kModel);
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     server::ServerOptions o;
     o.model_path = path;
     o.port = 0;
@@ -583,7 +583,7 @@ TEST(ServerDisconnect, NonStreamingClientThatHangsUpIsCancelled) {
 // A separate small server: API key, queue limit, shutdown.
 TEST(ServerLimits, ApiKeyQueueAndShutdown) {
     const std::string path = test::reference_path(kModel);
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     server::ServerOptions o;
     o.model_path = path;
     o.port = 0;

@@ -36,7 +36,7 @@ uint64_t rss_bytes() {
 
 TEST(ServerLoad, SixtyFourStreamingClients) {
     const std::string path = test::reference_path("tiny-qwen35.q4_k_m.gguf");
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "reference model missing: " << path;
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
     server::ServerOptions o;
     o.model_path = path;
     o.port = 0;

@@ -2,6 +2,7 @@
 // running the qinfer binary.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -33,3 +34,10 @@ void set_env(const char* name, const char* value);
 void unset_env(const char* name);
 
 }  // namespace qinfer::test
+
+// In a test body: skips the test when the reference file `path` is absent
+// (../shared/reference is not part of the repository).
+#define QINFER_SKIP_WITHOUT_REFERENCE_FILE(path)                                                  \
+    do {                                                                                           \
+        if (!std::filesystem::exists(path)) GTEST_SKIP() << "reference model missing: " << (path); \
+    } while (0)

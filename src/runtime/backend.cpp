@@ -149,18 +149,6 @@ void Backend::argmax(const Tensor& logits, const Tensor& ids) {
     synchronize();
 }
 
-uint64_t top_k_order(float v, int64_t index) {
-    uint32_t key = 0;  // NaN: below everything
-    if (!std::isnan(v)) {
-        if (v == 0.0f) v = 0.0f;  // -0 == +0
-        uint32_t u;
-        std::memcpy(&u, &v, 4);
-        key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    }
-    return uint64_t(key) << 32 | uint32_t(0xffffffffu - uint32_t(index));
-}
-
-int64_t top_k_index(uint64_t order) { return int64_t(0xffffffffu - uint32_t(order)); }
 
 void top_k_slice(const float* row, int64_t begin, int64_t end, int64_t k, std::vector<uint64_t>& best) {
     // A min-heap of the best k so far. Most elements fail a plain float compare

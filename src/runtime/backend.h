@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "quant/types.h"
+#include "runtime/top_k_order.h"
 
 namespace qinfer {
 namespace gguf { struct TensorInfo; }
@@ -59,11 +60,6 @@ Tensor first_rows(const Tensor& t, int64_t n);
 Tensor reshape(const Tensor& t, std::initializer_list<int64_t> ne);
 std::string shape_str(const Tensor& t);
 
-// Backend::top_k's order as one number per element, larger first: the logit
-// (-0 as +0, NaN below -inf) in the high half, the inverted index below it, so
-// the lower index wins among equal logits, as the sampler orders candidates.
-uint64_t top_k_order(float logit, int64_t index);
-int64_t top_k_index(uint64_t order);
 // Appends to `best` the (at most) k largest top_k_order values of row[begin, end), unsorted.
 void top_k_slice(const float* row, int64_t begin, int64_t end, int64_t k, std::vector<uint64_t>& best);
 // Throws unless top_k's tensors fit each other (see Backend::top_k).

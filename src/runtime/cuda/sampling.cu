@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "runtime/cuda/cuda_common.cuh"
 #include "runtime/cuda/kernels.h"
+#include "runtime/top_k_order.h"
 
 namespace qinfer::cuda {
 
@@ -210,7 +211,7 @@ void argmax_rows(const float* logits, int64_t ld, int64_t n, int64_t T, int32_t*
 // ---- top-k candidates (Backend::top_k)
 //
 // Each element is one 64-bit number that orders as the sampler does (the
-// logit's order key above the inverted index, top_k_order in backend.h), so
+// logit's order key above the inverted index, top_k_order.h), so
 // all are distinct and "the k best" is "every number >= the k-th largest".
 // That number is found by a radix select: eight passes over 8-bit digits from
 // the top, each a shared-memory histogram of the elements that match the
@@ -227,16 +228,6 @@ constexpr int TK_MAX_K = 256;           // one sorting thread per candidate
 constexpr int TK_MAX_CANDIDATES = 8192;  // slices per row x k, what the second kernel reads
 constexpr int TK_MAX_SLICES = 128;
 
-__device__ __forceinline__ uint64_t order_of(float v, int64_t index) {
-    uint32_t key = 0;  // NaN: below everything
-    if (!isnan(v)) {
-        if (v == 0.0f) v = 0.0f;  // -0 == +0
-        const uint32_t u = __float_as_uint(v);
-        key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    }
-    return uint64_t(key) << 32 | uint32_t(0xffffffffu - uint32_t(index));
-}
-__device__ __forceinline__ int64_t index_of(uint64_t order) { return int64_t(0xffffffffu - uint32_t(order)); }
 
 struct SelectShared {
     unsigned hist[256];
@@ -306,7 +297,7 @@ __global__ void __launch_bounds__(TK_THREADS) top_k_slices_kernel(const float* _
     const int i0 = min(n, b * per), len = min(n, i0 + per) - i0;
     const float* row = logits + t * ld;
     uint64_t* out = work + (t * slices + b) * k;
-    auto item = [&](int i) { return order_of(__ldg(row + i0 + i), i0 + i); };
+    auto item = [&](int i) { return top_k_order(__ldg(row + i0 + i), i0 + i); };
     if (len <= k) {
         for (int i = threadIdx.x; i < k; i += blockDim.x) out[i] = i < len ? item(i) : 0;
         return;
@@ -351,7 +342,7 @@ __global__ void __launch_bounds__(TK_THREADS) top_k_merge_kernel(const float* __
         const uint64_t c = best[j];
         int rank = 0;
         for (int i = 0; i < k; ++i) rank += best[i] > c;
-        const int64_t idx = min(index_of(c), int64_t(n - 1));  // padding (never chosen from real logits)
+        const int64_t idx = min(top_k_index(c), int64_t(n - 1));  // padding (never chosen from real logits)
         values[t * k + rank] = logits[t * ld + idx];
         ids[t * k + rank] = int32_t(idx);
     }
