@@ -624,59 +624,79 @@ __device__ __forceinline__ void stage_act(const ActQ& g, const SmemAct& s, int K
     __syncthreads();
 }
 
-template <GgmlType TY, int S>
-__device__ __forceinline__ void staged_row(const MvJobDev& j, int64_t row, const ActQ& A, void* smem, int lane) {
+// Rows [row0, row0 + RR) (R accumulators, as rows_lane) from the staged
+// activations, S steps of weight loads in flight per lane.
+template <GgmlType TY, int RR, int R, int S>
+__device__ __forceinline__ void staged_rows(const MvJobDev& j, int64_t row0, const ActQ& A, void* smem, int lane) {
     using U = RowUnit<TY>;
     const int units = int(j.w.bpr) * U::UPB;
-    const bool live = row < j.N;
-    const int64_t blk0 = (live ? row : j.N - 1) * j.w.bpr;
-    typename U::W cw[S];
+    int64_t blk0[RR];
+#pragma unroll
+    for (int r = 0; r < RR; ++r) blk0[r] = (row0 + r < j.N ? row0 + r : j.N - 1) * j.w.bpr;
+    const bool live = row0 < j.N;
+    typename U::W cw[S][RR];
 #pragma unroll
     for (int s = 0; s < S; ++s)
-        if (live && lane + WARP * s < units) cw[s] = U::load_w(j.w, blk0, lane + WARP * s);
+        if (live && lane + WARP * s < units) {
+#pragma unroll
+            for (int r = 0; r < RR; ++r) cw[s][r] = U::load_w(j.w, blk0[r], lane + WARP * s);
+        }
     pdl_wait_inputs();  // weights only so far
     const int K = int(A.K);
     const SmemAct sa(smem, K);
     stage_act(A, sa, K);  // every warp of the block takes part
     if (!live) return;
     const ActQ a = sa.view(K);
-    float acc[1] = {0.f};
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
     for (int u0 = lane; u0 < units; u0 += WARP * S) {
 #pragma unroll
         for (int s = 0; s < S; ++s) {
             const int u = u0 + WARP * s;
             if (u >= units) break;
-            acc[0] += U::dot(cw[s], U::template load_a<FromShared>(a, u), u);
-            if (u + WARP * S < units) cw[s] = U::load_w(j.w, blk0, u + WARP * S);
+            const typename U::A ca = U::template load_a<FromShared>(a, u);
+#pragma unroll
+            for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[s][r], ca, u);
+            if (u + WARP * S < units) {
+#pragma unroll
+                for (int r = 0; r < RR; ++r) cw[s][r] = U::load_w(j.w, blk0[r], u + WARP * S);
+            }
         }
     }
-    rows_store<1>(j, row, 1, acc, lane);
+    rows_store<R>(j, row0, j.rpw, acc, lane);
 }
 
+// Blocks per SM asked of the register allocator: one row at 2-4 steps ~94
+// registers (Q6_K); R rows at one step fewer than rows_lane's, as no
+// activations are held across the loads (R = 4 spills at 7 blocks).
+constexpr int staged_min_blocks(int R, int S) { return R == 1 || S > 1 ? 5 : R >= 4 ? 6 : 8; }
+
 // TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
-template <int TYI, int S>
-__global__ void __launch_bounds__(MMV_WARPS * WARP, 5) mmv_staged_kernel(MvBatch b, ActQ A) {
+template <int R, int TYI, int S>
+__global__ void __launch_bounds__(MMV_WARPS * WARP, staged_min_blocks(R, S)) mmv_staged_kernel(MvBatch b, ActQ A) {
     extern __shared__ int4 staged_smem[];
     const MvJobDev& j = block_job(b);
     const GgmlType type = TYI >= 0 ? GgmlType(TYI) : GgmlType(j.type);
-    const int64_t row = int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP;
+    const int64_t row0 = (int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP) * j.rpw;
     const int lane = threadIdx.x % WARP;
+    constexpr int RH = R > 1 ? R / 2 : 1;  // Q5_K / Q6_K rows per warp
     pdl_trigger_at_top();
-    if (type == GgmlType::Q4_K) staged_row<GgmlType::Q4_K, S>(j, row, A, staged_smem, lane);
-    else if (type == GgmlType::Q5_K) staged_row<GgmlType::Q5_K, S>(j, row, A, staged_smem, lane);
-    else staged_row<GgmlType::Q6_K, S>(j, row, A, staged_smem, lane);
+    if (type == GgmlType::Q4_K) staged_rows<GgmlType::Q4_K, R, R, S>(j, row0, A, staged_smem, lane);
+    else if (type == GgmlType::Q5_K) staged_rows<GgmlType::Q5_K, RH, R, S>(j, row0, A, staged_smem, lane);
+    else staged_rows<GgmlType::Q6_K, RH, R, S>(j, row0, A, staged_smem, lane);
 }
 
-template <int S>
+template <int R, int S>
 void staged_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const ActQ& act) {
     const dim3 grid{unsigned(blocks)}, block{MMV_WARPS * WARP};
     const size_t smem = size_t(smem_act_bytes(int(act.K)));
     const char* what = "matmul_vec (staged)";
-    if (mixed) return launch(what, mmv_staged_kernel<-1, S>, grid, block, smem, s, b, act);
+    if (mixed) return launch(what, mmv_staged_kernel<R, -1, S>, grid, block, smem, s, b, act);
     switch (GgmlType(b.job[0].type)) {
-        case GgmlType::Q4_K: return launch(what, mmv_staged_kernel<int(GgmlType::Q4_K), S>, grid, block, smem, s, b, act);
-        case GgmlType::Q5_K: return launch(what, mmv_staged_kernel<int(GgmlType::Q5_K), S>, grid, block, smem, s, b, act);
-        default: return launch(what, mmv_staged_kernel<int(GgmlType::Q6_K), S>, grid, block, smem, s, b, act);
+        case GgmlType::Q4_K: return launch(what, mmv_staged_kernel<R, int(GgmlType::Q4_K), S>, grid, block, smem, s, b, act);
+        case GgmlType::Q5_K: return launch(what, mmv_staged_kernel<R, int(GgmlType::Q5_K), S>, grid, block, smem, s, b, act);
+        default: return launch(what, mmv_staged_kernel<R, int(GgmlType::Q6_K), S>, grid, block, smem, s, b, act);
     }
 }
 
@@ -690,6 +710,13 @@ int staged_steps(int64_t K) {
     if (const int forced = g_staged_override.load(std::memory_order_relaxed)) return forced < 0 ? 0 : forced;
     static const int from_env = env_int_of("QINFER_CUDA_MV_STAGED", {0, 2, 3, 4}, kStagedDefault);
     return K >= kStagedRow ? from_env : 0;
+}
+// Products of 2 or 4 rows per warp staged too (one step in flight):
+// QINFER_CUDA_MV_STAGED_ROWS=1, or set_matvec_staged() with any S (tests).
+bool staged_rows_on() {
+    if (const int forced = g_staged_override.load(std::memory_order_relaxed)) return forced > 0;
+    static const bool from_env = env_int_of("QINFER_CUDA_MV_STAGED_ROWS", {0, 1}, 0) == 1;
+    return from_env;
 }
 
 // Steps in flight per lane (S > 1 only at one row per warp): two for long rows
@@ -720,14 +747,20 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
     if (blocks == 0) return;
     if (R == 1) {
         const int st = staged_steps(jobs[0].w.K);
-        if (st == 2) staged_start<2>(b, int(blocks), mixed, s, act);
-        else if (st == 3) staged_start<3>(b, int(blocks), mixed, s, act);
-        else if (st == 4) staged_start<4>(b, int(blocks), mixed, s, act);
+        if (st == 2) staged_start<1, 2>(b, int(blocks), mixed, s, act);
+        else if (st == 3) staged_start<1, 3>(b, int(blocks), mixed, s, act);
+        else if (st == 4) staged_start<1, 4>(b, int(blocks), mixed, s, act);
         else if (steps_in_flight(jobs[0].w.K, R) == 2) rows_start<1, 2>(b, int(blocks), mixed, s, act);
         else rows_start<1>(b, int(blocks), mixed, s, act);
-    } else if (R == 2) rows_start<2>(b, int(blocks), mixed, s, act);
-    else if (R == 8) rows_start<8>(b, int(blocks), mixed, s, act);
-    else rows_start<4>(b, int(blocks), mixed, s, act);
+    } else if (R == 2) {
+        if (staged_rows_on()) staged_start<2, 1>(b, int(blocks), mixed, s, act);
+        else rows_start<2>(b, int(blocks), mixed, s, act);
+    } else if (R == 8) {
+        rows_start<8>(b, int(blocks), mixed, s, act);
+    } else {
+        if (staged_rows_on()) staged_start<4, 1>(b, int(blocks), mixed, s, act);
+        else rows_start<4>(b, int(blocks), mixed, s, act);
+    }
 }
 
 }  // namespace
