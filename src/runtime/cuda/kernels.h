@@ -102,13 +102,6 @@ void set_matvec_variant(int v);
 // from its rows; 1, 2, 4 or 8 from QINFER_CUDA_MV_ROWS or set_matvec_rows(r)
 // fixes it (0: back to the environment's / the automatic choice).
 void set_matvec_rows(int r);
-// v3 with the activations staged in shared memory (bit-identical): one-row-per-
-// warp products of rows of 4096+ elements with S = 2, 3 or 4 steps of weight
-// loads in flight per lane (QINFER_CUDA_MV_STAGED=S, 0: off), products of 2 or 4
-// rows per warp with one (QINFER_CUDA_MV_STAGED_ROWS=1). set_matvec_staged(S)
-// turns both on for every such product of any K (-1: off, 0: back to the
-// environment's).
-void set_matvec_staged(int steps);
 
 // Same product for many tokens on the tensor cores (int8 mma for quantized
 // weights, from the same quantized activations). Falls back to matmul_vec for

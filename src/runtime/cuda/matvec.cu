@@ -371,31 +371,6 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP) mmv_multi_kernel(MvBatch b, 
     }
 }
 
-// The quantized activations of one token row of up to kmax elements (a
-// multiple of 256) in shared memory: quants, block scales, 16-element sums,
-// each section 16-byte aligned (the product kernels load them 8 and 16 bytes
-// at a time).
-__host__ __device__ constexpr int smem_act_d_at(int kmax) { return kmax; }
-__host__ __device__ constexpr int smem_act_bsum_at(int kmax) { return (kmax + kmax / 256 * 4 + 15) / 16 * 16; }
-__host__ __device__ constexpr int smem_act_bytes(int kmax) { return smem_act_bsum_at(kmax) + kmax / 16 * 2; }
-struct SmemAct {
-    int8_t* qs;
-    float* d;
-    int16_t* bsum;
-    __device__ SmemAct(void* base, int kmax)
-        : qs(static_cast<int8_t*>(base)),
-          d(reinterpret_cast<float*>(static_cast<int8_t*>(base) + smem_act_d_at(kmax))),
-          bsum(reinterpret_cast<int16_t*>(static_cast<int8_t*>(base) + smem_act_bsum_at(kmax))) {}
-    __device__ ActQ view(int K) const {
-        ActQ a;
-        a.qs = qs;
-        a.d = d;
-        a.bsum = bsum;
-        a.K = K;
-        return a;
-    }
-};
-
 // ---- v3 (one token, K-quants): R rows per warp.
 // The one-row-per-warp kernel is bound by its shape, not by bytes: a K = 2560
 // row is 1,440 bytes of Q4_K, three steps of a warp, and every step reads
@@ -568,18 +543,13 @@ __device__ __forceinline__ void rows_store(const MvJobDev& j, int64_t row0, int 
 constexpr int rows_min_blocks(int R, int S) { return S > 1 ? 5 : R >= 8 ? 4 : R == 4 ? 6 : 8; }
 
 // TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
-// The job of this block (jobs own consecutive block ranges).
-__device__ __forceinline__ const MvJobDev& block_job(const MvBatch& b) {
+template <int R, int TYI, int S = 1>
+__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, S)) mmv_rows_kernel(MvBatch b, ActQ A) {
     int ji = 0;
 #pragma unroll
     for (int i = 1; i < kMaxMatvecJobs; ++i)
         if (i < b.n && int(blockIdx.x) >= b.job[i].block0) ji = i;
-    return b.job[ji];
-}
-
-template <int R, int TYI, int S = 1>
-__global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, S)) mmv_rows_kernel(MvBatch b, ActQ A) {
-    const MvJobDev& j = block_job(b);
+    const MvJobDev& j = b.job[ji];
     const GgmlType type = TYI >= 0 ? GgmlType(TYI) : GgmlType(j.type);
     const int rpw = j.rpw;
     const int64_t row0 = (int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP) * rpw;
@@ -602,121 +572,6 @@ void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const 
         case GgmlType::Q5_K: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q5_K), S>, grid, block, 0, s, b, act);
         default: return launch(what, mmv_rows_kernel<R, int(GgmlType::Q6_K), S>, grid, block, 0, s, b, act);
     }
-}
-
-// ---- One row per warp, the activations staged in shared memory.
-// A one-row-per-warp product (the 2,560 rows of ffn_down, ssm_out, attn_output)
-// is one wave of ~20 warps per SM whose lanes walk their row in steps of 32
-// units. With the activations loaded beside the weights a step holds twice the
-// weight bytes in registers, so at most two steps fit in flight: a K = 4096 row
-// (4.5 units per lane) is five DRAM round trips one after the other, a K = 9216
-// Q4_K row five at two steps. Here the block copies the token's quantized
-// activations (~10 KB at K = 9216) into shared memory once, after the wait, and
-// each lane keeps S steps of weight loads in flight, refilling a step's
-// registers as soon as its dot product is done. Units are added in the order
-// of S = 1: bit-identical (cuda_matvec_test).
-__device__ __forceinline__ void stage_act(const ActQ& g, const SmemAct& s, int K) {
-    for (int i = int(threadIdx.x); i < K / 16; i += int(blockDim.x))
-        reinterpret_cast<int4*>(s.qs)[i] = ld16(g.qs + 16 * i);
-    for (int i = int(threadIdx.x); i < K / 256; i += int(blockDim.x)) s.d[i] = __ldg(g.d + i);
-    for (int i = int(threadIdx.x); i < K / 32; i += int(blockDim.x))
-        reinterpret_cast<int*>(s.bsum)[i] = __ldg(reinterpret_cast<const int*>(g.bsum) + i);
-    __syncthreads();
-}
-
-// Rows [row0, row0 + RR) (R accumulators, as rows_lane) from the staged
-// activations, S steps of weight loads in flight per lane.
-template <GgmlType TY, int RR, int R, int S>
-__device__ __forceinline__ void staged_rows(const MvJobDev& j, int64_t row0, const ActQ& A, void* smem, int lane) {
-    using U = RowUnit<TY>;
-    const int units = int(j.w.bpr) * U::UPB;
-    int64_t blk0[RR];
-#pragma unroll
-    for (int r = 0; r < RR; ++r) blk0[r] = (row0 + r < j.N ? row0 + r : j.N - 1) * j.w.bpr;
-    const bool live = row0 < j.N;
-    typename U::W cw[S][RR];
-#pragma unroll
-    for (int s = 0; s < S; ++s)
-        if (live && lane + WARP * s < units) {
-#pragma unroll
-            for (int r = 0; r < RR; ++r) cw[s][r] = U::load_w(j.w, blk0[r], lane + WARP * s);
-        }
-    pdl_wait_inputs();  // weights only so far
-    const int K = int(A.K);
-    const SmemAct sa(smem, K);
-    stage_act(A, sa, K);  // every warp of the block takes part
-    if (!live) return;
-    const ActQ a = sa.view(K);
-    float acc[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = 0.f;
-    for (int u0 = lane; u0 < units; u0 += WARP * S) {
-#pragma unroll
-        for (int s = 0; s < S; ++s) {
-            const int u = u0 + WARP * s;
-            if (u >= units) break;
-            const typename U::A ca = U::template load_a<FromShared>(a, u);
-#pragma unroll
-            for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[s][r], ca, u);
-            if (u + WARP * S < units) {
-#pragma unroll
-                for (int r = 0; r < RR; ++r) cw[s][r] = U::load_w(j.w, blk0[r], u + WARP * S);
-            }
-        }
-    }
-    rows_store<R>(j, row0, j.rpw, acc, lane);
-}
-
-// Blocks per SM asked of the register allocator: one row at 2-4 steps ~94
-// registers (Q6_K); R rows at one step fewer than rows_lane's, as no
-// activations are held across the loads (R = 4 spills at 7 blocks).
-constexpr int staged_min_blocks(int R, int S) { return R == 1 || S > 1 ? 5 : R >= 4 ? 6 : 8; }
-
-// TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
-template <int R, int TYI, int S>
-__global__ void __launch_bounds__(MMV_WARPS * WARP, staged_min_blocks(R, S)) mmv_staged_kernel(MvBatch b, ActQ A) {
-    extern __shared__ int4 staged_smem[];
-    const MvJobDev& j = block_job(b);
-    const GgmlType type = TYI >= 0 ? GgmlType(TYI) : GgmlType(j.type);
-    const int64_t row0 = (int64_t(blockIdx.x - j.block0) * MMV_WARPS + threadIdx.x / WARP) * j.rpw;
-    const int lane = threadIdx.x % WARP;
-    constexpr int RH = R > 1 ? R / 2 : 1;  // Q5_K / Q6_K rows per warp
-    pdl_trigger_at_top();
-    if (type == GgmlType::Q4_K) staged_rows<GgmlType::Q4_K, R, R, S>(j, row0, A, staged_smem, lane);
-    else if (type == GgmlType::Q5_K) staged_rows<GgmlType::Q5_K, RH, R, S>(j, row0, A, staged_smem, lane);
-    else staged_rows<GgmlType::Q6_K, RH, R, S>(j, row0, A, staged_smem, lane);
-}
-
-template <int R, int S>
-void staged_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const ActQ& act) {
-    const dim3 grid{unsigned(blocks)}, block{MMV_WARPS * WARP};
-    const size_t smem = size_t(smem_act_bytes(int(act.K)));
-    const char* what = "matmul_vec (staged)";
-    if (mixed) return launch(what, mmv_staged_kernel<R, -1, S>, grid, block, smem, s, b, act);
-    switch (GgmlType(b.job[0].type)) {
-        case GgmlType::Q4_K: return launch(what, mmv_staged_kernel<R, int(GgmlType::Q4_K), S>, grid, block, smem, s, b, act);
-        case GgmlType::Q5_K: return launch(what, mmv_staged_kernel<R, int(GgmlType::Q5_K), S>, grid, block, smem, s, b, act);
-        default: return launch(what, mmv_staged_kernel<R, int(GgmlType::Q6_K), S>, grid, block, smem, s, b, act);
-    }
-}
-
-// Rows of this many elements or more take the staged kernel when it is on.
-constexpr int64_t kStagedRow = 4096;
-// Its steps in flight, 0 for off: QINFER_CUDA_MV_STAGED=0|2|3|4 (A/B), or
-// set_matvec_staged() (tests: every one-row-per-warp product, any K).
-constexpr int kStagedDefault = 0;
-std::atomic<int> g_staged_override{0};
-int staged_steps(int64_t K) {
-    if (const int forced = g_staged_override.load(std::memory_order_relaxed)) return forced < 0 ? 0 : forced;
-    static const int from_env = env_int_of("QINFER_CUDA_MV_STAGED", {0, 2, 3, 4}, kStagedDefault);
-    return K >= kStagedRow ? from_env : 0;
-}
-// Products of 2 or 4 rows per warp staged too (one step in flight):
-// QINFER_CUDA_MV_STAGED_ROWS=1, or set_matvec_staged() with any S (tests).
-bool staged_rows_on() {
-    if (const int forced = g_staged_override.load(std::memory_order_relaxed)) return forced > 0;
-    static const bool from_env = env_int_of("QINFER_CUDA_MV_STAGED_ROWS", {0, 1}, 0) == 1;
-    return from_env;
 }
 
 // Steps in flight per lane (S > 1 only at one row per warp): two for long rows
@@ -746,31 +601,17 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
     if (blocks >= (int64_t(1) << 31)) fail(strfmt("CUDA matvec: %lld blocks", (long long)blocks));
     if (blocks == 0) return;
     if (R == 1) {
-        const int st = staged_steps(jobs[0].w.K);
-        if (st == 2) staged_start<1, 2>(b, int(blocks), mixed, s, act);
-        else if (st == 3) staged_start<1, 3>(b, int(blocks), mixed, s, act);
-        else if (st == 4) staged_start<1, 4>(b, int(blocks), mixed, s, act);
-        else if (steps_in_flight(jobs[0].w.K, R) == 2) rows_start<1, 2>(b, int(blocks), mixed, s, act);
+        if (steps_in_flight(jobs[0].w.K, R) == 2) rows_start<1, 2>(b, int(blocks), mixed, s, act);
         else rows_start<1>(b, int(blocks), mixed, s, act);
-    } else if (R == 2) {
-        if (staged_rows_on()) staged_start<2, 1>(b, int(blocks), mixed, s, act);
-        else rows_start<2>(b, int(blocks), mixed, s, act);
-    } else if (R == 8) {
-        rows_start<8>(b, int(blocks), mixed, s, act);
-    } else {
-        if (staged_rows_on()) staged_start<4, 1>(b, int(blocks), mixed, s, act);
-        else rows_start<4>(b, int(blocks), mixed, s, act);
-    }
+    } else if (R == 2) rows_start<2>(b, int(blocks), mixed, s, act);
+    else if (R == 8) rows_start<8>(b, int(blocks), mixed, s, act);
+    else rows_start<4>(b, int(blocks), mixed, s, act);
 }
 
 }  // namespace
 
 void set_matvec_rows(int r) {
     g_rows_override.store(r == 1 || r == 2 || r == 4 || r == 8 ? r : 0, std::memory_order_relaxed);
-}
-
-void set_matvec_staged(int steps) {
-    g_staged_override.store(steps == -1 || steps == 2 || steps == 3 || steps == 4 ? steps : 0, std::memory_order_relaxed);
 }
 
 // ---- the decode FFN block in one launch (FfnJob in kernels.h)
@@ -844,6 +685,30 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar) {
     __syncthreads();
 }
 
+// The quantized activations of one token row of up to kmax elements (a
+// multiple of 256) in shared memory: quants, block scales, 16-element sums,
+// each section 16-byte aligned (the product kernels load them 8 and 16 bytes
+// at a time).
+__host__ __device__ constexpr int smem_act_d_at(int kmax) { return kmax; }
+__host__ __device__ constexpr int smem_act_bsum_at(int kmax) { return (kmax + kmax / 256 * 4 + 15) / 16 * 16; }
+__host__ __device__ constexpr int smem_act_bytes(int kmax) { return smem_act_bsum_at(kmax) + kmax / 16 * 2; }
+struct SmemAct {
+    int8_t* qs;
+    float* d;
+    int16_t* bsum;
+    __device__ SmemAct(void* base, int kmax)
+        : qs(static_cast<int8_t*>(base)),
+          d(reinterpret_cast<float*>(static_cast<int8_t*>(base) + smem_act_d_at(kmax))),
+          bsum(reinterpret_cast<int16_t*>(static_cast<int8_t*>(base) + smem_act_bsum_at(kmax))) {}
+    __device__ ActQ view(int K) const {
+        ActQ a;
+        a.qs = qs;
+        a.d = d;
+        a.bsum = bsum;
+        a.K = K;
+        return a;
+    }
+};
 
 // One block has E / 8 threads (norm_quantize's row threads: a warp per
 // 256-element span). Phases: L2 prefetch of the weights; rms_norm + Q8_K
