@@ -425,9 +425,28 @@ int64_t rows_warps(const MatvecJob* jobs, int n_jobs, int R) {
 // rows lost with two steps (K = 4096: 5.0 vs 4.5 us at one row per warp).
 constexpr int64_t kLongRow = 8192;
 
+// A/B switches for two kinds of launch whose back-to-back timings disagreed
+// with the rule below (H100, 2026-12-07): products of 128 MB or more (the LM
+// head: 197.7 us at the automatic 2 rows per warp of Q6_K, 173.6 at one) take
+// QINFER_CUDA_MV_ROWS_LARGE rows; launches of 3+ jobs (the DeltaNet inputs:
+// 8.95 us at 2, 8.16 at 4; attention q / k / v) QINFER_CUDA_MV_ROWS_MULTI.
+// 0 (default): the rule.
+constexpr double kLargeProduct = 128e6;
+double weight_bytes(const MatvecJob* jobs, int n_jobs) {
+    double b = 0;
+    for (int i = 0; i < n_jobs; ++i)
+        b += double(jobs[i].w.N) * double(jobs[i].w.K / traits(jobs[i].w.type).block_size) *
+             double(traits(jobs[i].w.type).type_size);
+    return b;
+}
+
 int choose_rows(const MatvecJob* jobs, int n_jobs) {
     if (const int f = forced_rows()) return f;
     if (jobs[0].w.K >= kLongRow) return 1;
+    static const int large = env_int_of("QINFER_CUDA_MV_ROWS_LARGE", {0, 1, 2, 4}, 0);
+    static const int multi = env_int_of("QINFER_CUDA_MV_ROWS_MULTI", {0, 1, 2, 4}, 0);
+    if (large && weight_bytes(jobs, n_jobs) >= kLargeProduct) return large;
+    if (multi && n_jobs >= 3) return multi;
     const double K = double(jobs[0].w.K);
     const double target = 32.0 * sm_count() * std::min(1.0, 2560.0 / K);
     for (int R : {4, 2})
