@@ -425,12 +425,12 @@ int64_t rows_warps(const MatvecJob* jobs, int n_jobs, int R) {
 // rows lost with two steps (K = 4096: 5.0 vs 4.5 us at one row per warp).
 constexpr int64_t kLongRow = 8192;
 
-// A/B switches for two kinds of launch whose back-to-back timings disagreed
-// with the rule below (H100, 2026-12-07): products of 128 MB or more (the LM
-// head: 197.7 us at the automatic 2 rows per warp of Q6_K, 173.6 at one) take
-// QINFER_CUDA_MV_ROWS_LARGE rows; launches of 3+ jobs (the DeltaNet inputs:
-// 8.95 us at 2, 8.16 at 4; attention q / k / v) QINFER_CUDA_MV_ROWS_MULTI.
-// 0 (default): the rule.
+// Two kinds of launch where the rule below lost (H100, 2026-12-07,
+// bench/results): products of 128 MB or more (the LM head: 197.7 us at the
+// rule's 2 rows per warp of Q6_K, 173.6 at one) run one row per warp
+// (QINFER_CUDA_MV_ROWS_LARGE, tg128 +1.0%), launches of 3+ jobs (attention
+// q / k / v; the DeltaNet inputs, where the rule also gives 2) two
+// (QINFER_CUDA_MV_ROWS_MULTI, Qwen3-4B +0.9%). Either set to 0: the rule alone.
 constexpr double kLargeProduct = 128e6;
 double weight_bytes(const MatvecJob* jobs, int n_jobs) {
     double b = 0;
@@ -443,8 +443,8 @@ double weight_bytes(const MatvecJob* jobs, int n_jobs) {
 int choose_rows(const MatvecJob* jobs, int n_jobs) {
     if (const int f = forced_rows()) return f;
     if (jobs[0].w.K >= kLongRow) return 1;
-    static const int large = env_int_of("QINFER_CUDA_MV_ROWS_LARGE", {0, 1, 2, 4}, 0);
-    static const int multi = env_int_of("QINFER_CUDA_MV_ROWS_MULTI", {0, 1, 2, 4}, 0);
+    static const int large = env_int_of("QINFER_CUDA_MV_ROWS_LARGE", {0, 1, 2, 4}, 1);
+    static const int multi = env_int_of("QINFER_CUDA_MV_ROWS_MULTI", {0, 1, 2, 4}, 2);
     if (large && weight_bytes(jobs, n_jobs) >= kLargeProduct) return large;
     if (multi && n_jobs >= 3) return multi;
     const double K = double(jobs[0].w.K);
