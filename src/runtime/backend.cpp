@@ -149,7 +149,6 @@ void Backend::argmax(const Tensor& logits, const Tensor& ids) {
     synchronize();
 }
 
-
 void top_k_slice(const float* row, int64_t begin, int64_t end, int64_t k, std::vector<uint64_t>& best) {
     // A min-heap of the best k so far. Most elements fail a plain float compare
     // with the heap's worst: below it (or NaN) they cannot enter; equal ones go

@@ -434,9 +434,7 @@ constexpr int64_t kLongRow = 8192;
 constexpr double kLargeProduct = 128e6;
 double weight_bytes(const MatvecJob* jobs, int n_jobs) {
     double b = 0;
-    for (int i = 0; i < n_jobs; ++i)
-        b += double(jobs[i].w.N) * double(jobs[i].w.K / traits(jobs[i].w.type).block_size) *
-             double(traits(jobs[i].w.type).type_size);
+    for (int i = 0; i < n_jobs; ++i) b += double(jobs[i].w.N) * double(row_bytes(jobs[i].w.type, jobs[i].w.K));
     return b;
 }
 

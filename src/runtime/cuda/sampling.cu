@@ -228,7 +228,6 @@ constexpr int TK_MAX_K = 256;           // one sorting thread per candidate
 constexpr int TK_MAX_CANDIDATES = 8192;  // slices per row x k, what the second kernel reads
 constexpr int TK_MAX_SLICES = 128;
 
-
 struct SelectShared {
     unsigned hist[256];
     unsigned digit, remaining, whole_bin;
