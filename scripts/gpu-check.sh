@@ -6,7 +6,8 @@
 # start with those numbers (default: all); QINFER_SKIP_CTEST=1 skips ctest;
 # QINFER_BUILD_TARGETS="a b" builds only those targets.
 # Optional inputs: .gpu-deps/*.deb (Debian packages to unpack when the machine lacks
-# them), .gpu-data/ (reference models and logits; defaults to ../shared/reference).
+# them; scripts/gpu-deps.sh downloads the set the build needs), .gpu-data/ (reference
+# models and logits; defaults to ../shared/reference).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/qinfer-gpu-out}"; mkdir -p "$OUT"
