@@ -452,6 +452,14 @@ TEST(CudaOps, RowNormsOfManyLengthsMatchCpu) {
 using test::set_env;
 using test::unset_env;
 
+// The first of `vars` set to 0 in the environment (a fusion test needs them
+// on), or nullptr.
+const char* switched_off(std::initializer_list<const char*> vars) {
+    for (const char* var : vars)
+        if (const char* v = std::getenv(var); v && std::string(v) == "0") return var;
+    return nullptr;
+}
+
 // The CPU backend, a CUDA backend with a fusion off (`var`=0) and one with it
 // on (`var` unset, or `on`).
 struct Trio {
@@ -541,8 +549,9 @@ uint64_t fused_producers(Backend& be) {
 TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
     REQUIRE_GPU();
     // no queue, no fusion at all, or plain norms by another kernel (not bit-identical)
-    for (const char* off : {"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS", "QINFER_CUDA_REG_NORM"})
-        if (const char* v = std::getenv(off); v && std::string(v) == "0") GTEST_SKIP() << off << "=0";
+    if (const char* off =
+            switched_off({"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS", "QINFER_CUDA_REG_NORM"}))
+        GTEST_SKIP() << off << "=0";
     Trio tr;
     struct Case {
         GgmlType type;
@@ -647,8 +656,9 @@ TEST(CudaFusion, NormAndGateInsideQuantizationEqualUnfused) {
 // each cache type and head size; eager steps, a recording and replays.
 TEST(CudaFusion, KvStoreInsideNormRopeEqualsKvStore) {
     REQUIRE_GPU();
-    for (const char* off : {"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS", "QINFER_CUDA_FUSE_NORM"})
-        if (const char* v = std::getenv(off); v && std::string(v) == "0") GTEST_SKIP() << off << "=0";
+    if (const char* off =
+            switched_off({"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS", "QINFER_CUDA_FUSE_NORM"}))
+        GTEST_SKIP() << off << "=0";
     Trio tr("QINFER_CUDA_FUSE_KV_STORE");
     uint32_t seed = 900;
     for (GgmlType kt : {GgmlType::F16, GgmlType::Q8_0, GgmlType::F32})
@@ -751,8 +761,9 @@ TEST(CudaFusion, KvStoreInsideNormRopeEqualsKvStore) {
 // recording and replays; one and three sequences.
 TEST(CudaFusion, GatedNormInsideDecodeDeltaRuleEqualsUnfused) {
     REQUIRE_GPU();
-    for (const char* off : {"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS", "QINFER_CUDA_REG_NORM", "QINFER_CUDA_FUSE_NORM"})
-        if (const char* v = std::getenv(off); v && std::string(v) == "0") GTEST_SKIP() << off << "=0";
+    if (const char* off =
+            switched_off({"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS", "QINFER_CUDA_REG_NORM", "QINFER_CUDA_FUSE_NORM"}))
+        GTEST_SKIP() << off << "=0";
     Trio tr("QINFER_CUDA_FUSE_GDR_NORM");
     const int64_t dk = 128, dv = 128, Hk = 4, Hv = 8, n_slots = 4, N = 64;
     uint32_t seed = 1300;
@@ -826,8 +837,9 @@ TEST(CudaFusion, GatedNormInsideDecodeDeltaRuleEqualsUnfused) {
 // words carry over from launch to launch).
 TEST(CudaFusion, FfnBlockInOneLaunchEqualsOpsOneByOne) {
     REQUIRE_GPU();
-    for (const char* off : {"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS", "QINFER_CUDA_FUSE_NORM"})
-        if (const char* v = std::getenv(off); v && std::string(v) == "0") GTEST_SKIP() << off << "=0";
+    if (const char* off =
+            switched_off({"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS", "QINFER_CUDA_FUSE_NORM"}))
+        GTEST_SKIP() << off << "=0";
     Trio tr("QINFER_CUDA_FUSE_FFN", "1");
     struct Case {
         GgmlType gate, down;

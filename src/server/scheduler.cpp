@@ -338,27 +338,31 @@ void Scheduler::fail_slot(Slot& s, const std::string& msg) {
     model_.clear_slot(si);
     s.tokens.clear();
     s.last_snap.reset();
-    if (s.job) {
+    const std::shared_ptr<Job> job = std::move(s.job);
+    s.seq.reset();
+    s.checkpoints.clear();
+    update_gauges();  // as retire(): before the client sees the error
+    if (job) {
         Event e;
         e.kind = Event::Kind::Error;
         e.status = 500;
         e.error = msg;
-        s.job->events.push(std::move(e));
+        job->events.push(std::move(e));
     }
-    s.seq.reset();
-    s.job.reset();
-    s.checkpoints.clear();
 }
 
 void Scheduler::retire(Slot& s) {
     Event e;
     e.kind = Event::Kind::Done;
     e.result = s.seq->result();
-    s.job->events.push(std::move(e));
+    const std::shared_ptr<Job> job = std::move(s.job);
     s.seq.reset();
-    s.job.reset();
     s.checkpoints.clear();
     s.last_used = ++use_clock_;
+    // The gauges count the sequence as finished before its client can see that
+    // it is (a /metrics read after the last event never shows it active).
+    update_gauges();
+    job->events.push(std::move(e));
 }
 
 void Scheduler::update_gauges() {
