@@ -752,6 +752,115 @@ TEST(CudaFusion, KvStoreInsideNormRopeEqualsKvStore) {
             }
 }
 
+// The attention of a decode step and the product over its output, with the
+// sigmoid gate between them (qwen35) or without (qwen3): with the fusion the
+// launch that merges the key-range splits also quantizes the output for the
+// product (no quantization or gate launch). Contexts short enough for one split
+// (the split kernel writes the output) and long enough for several; head sizes
+// 64 / 128 / 256, Q8_K and Q8_0 activations (a row of 1.5 spans among them),
+// f16 and q8_0 caches, one and three tokens. Outputs and products bit for bit,
+// near the CPU's; eager steps, a recording and replays.
+TEST(CudaFusion, QuantizeInsideAttentionMergeEqualsSeparate) {
+    REQUIRE_GPU();
+    if (const char* off = switched_off({"QINFER_CUDA_FUSE", "QINFER_CUDA_GRAPHS"})) GTEST_SKIP() << off << "=0";
+    Trio tr("QINFER_CUDA_FUSE_ATTN_QUANT");
+    struct Case {
+        GgmlType kt, wt;
+        int64_t d, H;
+    };
+    const Case cases[] = {
+        {GgmlType::F16, GgmlType::Q4_K, 128, 8}, {GgmlType::Q8_0, GgmlType::Q4_K, 256, 4},
+        {GgmlType::F16, GgmlType::Q6_K, 256, 8}, {GgmlType::Q8_0, GgmlType::Q8_0, 64, 6},
+        {GgmlType::F16, GgmlType::Q4_0, 128, 4},
+    };
+    uint32_t seed = 1300;
+    for (const Case& c : cases)
+        for (bool gated : {true, false})
+            for (int64_t T : {1, 3}) {
+                const int64_t d = c.d, H = c.H, Hk = 2, n_ctx = 1024, n_slots = 3, dH = d * H, E = 96;
+                const std::string at0 = std::string(type_name(c.kt)) + " cache, " + type_name(c.wt) +
+                                        " d=" + std::to_string(d) + " H=" + std::to_string(H) +
+                                        (gated ? " gated" : "") + " T=" + std::to_string(T);
+                Tensor K[3], V[3];
+                const size_t cache_bytes = row_bytes(c.kt, d) * size_t(Hk * n_ctx * n_slots);
+                {
+                    const std::vector<float> f = randn(size_t(d * Hk * n_ctx * n_slots), ++seed);
+                    std::vector<uint8_t> bytes(cache_bytes);
+                    for (size_t r = 0; r < size_t(Hk * n_ctx * n_slots); ++r)
+                        quantize_row(c.kt, &f[r * size_t(d)], &bytes[r * row_bytes(c.kt, d)], d);
+                    for (int i = 0; i < 3; ++i) {
+                        K[i] = tr.be[i]->alloc(c.kt, {d, Hk, n_ctx, n_slots}, "cache k");
+                        V[i] = tr.be[i]->alloc(c.kt, {d, Hk, n_ctx, n_slots}, "cache v");
+                        tr.be[i]->write(K[i], bytes.data(), bytes.size());
+                        tr.be[i]->write(V[i], bytes.data(), bytes.size());
+                    }
+                }
+                const Trio::T3 wo = tr.weight(c.wt, dH, E, ++seed);
+                const Trio::T3 q = tr.f32({d * H, T}, "q"), k = tr.f32({d * Hk, T}, "k"), v = tr.f32({d * Hk, T}, "v");
+                const Trio::T3 qg = tr.f32({2 * dH, T}, "qg");
+                const Trio::T3 att = tr.out({dH, T}, "att"), o = tr.out({E, T}, "o");
+                StepInfo st[3];
+                for (int i = 0; i < 3; ++i) {
+                    st[i].n_tokens = int(T);
+                    st[i].pos_t = tr.be[i]->alloc(GgmlType::I32, {T}, "pos");
+                    st[i].slot_t = tr.be[i]->alloc(GgmlType::I32, {T}, "slot");
+                    st[i].seg_t = tr.be[i]->alloc(GgmlType::I32, {4, T}, "seg");
+                }
+                uint64_t f1 = 0, f2 = 0;
+                // Step 0 sizes the attention's scratch; then eager or recorded,
+                // recorded or replayed, replayed: one split, then several.
+                const int32_t first_pos[4] = {700, 3, 300, 1000};
+                for (int step = 0; step < 4; ++step) {
+                    if (step == 1) {
+                        f1 = fused_producers(*tr.be[1]);
+                        f2 = fused_producers(*tr.be[2]);
+                    }
+                    tr.put(q, randn(size_t(d * H * T), ++seed, 2.f));
+                    tr.put(k, randn(size_t(d * Hk * T), ++seed, 2.f));
+                    tr.put(v, randn(size_t(d * Hk * T), ++seed, 2.f));
+                    tr.put(qg, randn(size_t(2 * dH * T), ++seed, 2.f));
+                    for (int i = 0; i < 3; ++i) {
+                        StepInfo& s = st[i];
+                        s.pos.clear();
+                        s.slot.clear();
+                        s.segments.clear();
+                        std::vector<int32_t> seg;
+                        for (int64_t t = 0; t < T; ++t) {
+                            const int32_t p = first_pos[step] + int32_t(5 * t), sl = int32_t(n_slots - 1 - t);
+                            s.pos.push_back(p);
+                            s.slot.push_back(sl);
+                            s.segments.push_back({int32_t(t), 1, sl, p});
+                            seg.insert(seg.end(), {int32_t(t), 1, sl, p});
+                        }
+                        tr.be[i]->write(s.pos_t, s.pos.data(), size_t(T) * 4);
+                        tr.be[i]->write(s.slot_t, s.slot.data(), size_t(T) * 4);
+                        tr.be[i]->write(s.seg_t, seg.data(), seg.size() * 4);
+                    }
+                    for (int i = 0; i < 3; ++i) {
+                        Backend& be = *tr.be[i];
+                        const Tensor q3 = reshape(q[i], {d, H, T}), k3 = reshape(k[i], {d, Hk, T});
+                        const Tensor v3 = reshape(v[i], {d, Hk, T}), a3 = reshape(att[i], {d, H, T});
+                        const size_t row = size_t(2 * d) * 4, tok = size_t(2 * dH) * 4;
+                        const Tensor gate = view(qg[i], {d, H, T}, {row, tok}, size_t(d) * 4);
+                        be.attention(q3, k3, v3, KvCache{K[i], V[i]}, st[i], 1.f / std::sqrt(float(d)), a3);
+                        if (gated) be.sigmoid_mul(a3, gate, a3);
+                        be.matmul(wo[i], att[i], o[i], nullptr);
+                    }
+                    const std::string at = at0 + " step " + std::to_string(step);
+                    for (const Trio::T3* t : {&att, &o}) tr.expect_same_and_near_cpu(*t, "with the merge fused", at);
+                }
+                // each issued step: the gate in the quantization (both), and with the
+                // fusion that (or the quantization alone) in the merge's launch
+                const uint64_t d1 = fused_producers(*tr.be[1]) - f1, d2 = fused_producers(*tr.be[2]) - f2;
+                if (gated) EXPECT_TRUE(d1 > 0 && d2 == 2 * d1) << d1 << " / " << d2 << " fused, " << at0;
+                else EXPECT_TRUE(d1 == 0 && d2 > 0) << d1 << " / " << d2 << " fused, " << at0;
+                for (int i = 0; i < 3; ++i) {
+                    tr.be[i]->free(K[i]);
+                    tr.be[i]->free(V[i]);
+                }
+            }
+}
+
 // A decode step's delta rule (after the l2 norms of q and k, or without them),
 // the gated norm of its output heads and the product over them, as a DeltaNet
 // layer issues them: with QINFER_CUDA_FUSE_GDR_NORM the norm and its

@@ -18,6 +18,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "runtime/cuda/act_quant.cuh"
 #include "runtime/cuda/attention_impl.cuh"
 #include "runtime/cuda/kernels.h"
 
@@ -72,7 +73,103 @@ __global__ void kv_store_q8_0_kernel(Rows k, Rows v, unsigned char* __restrict__
     store_q8_0_block(v.data[g * v.s1 + t * v.s2 + e], V + off, lane);
 }
 
+// A decode step's merge of the splits and the quantization of its output for
+// the next product in one launch (attention's `quant`): one block per (256-value
+// span of a token's n_head * D outputs, token). Four groups of ATTN_THREADS
+// threads each merge 64 columns as attn_combine_kernel does (same sums, same
+// bits) and write out; then the first warp quantizes the span as quantize_act
+// does, or (GATED) as gate_quant_kernel does with y = out * sigmoid(b). When one
+// split covered the context the split kernel wrote out, and the block only
+// quantizes.
+template <int D, int QK, bool GATED>
+__global__ void __launch_bounds__(4 * ATTN_THREADS)
+    attn_combine_quant_kernel(const float* __restrict__ work, int ns, const int32_t* __restrict__ pos,
+                              float* __restrict__ out, int n_head, Rows b, Rows y, ActOutPtrs q) {
+    pdl_enter();
+    constexpr int SPAN = 256, G = SPAN / ATTN_COMBINE_COLS;
+    __shared__ AttnCombineSmem sm[G];
+    __shared__ float vals[SPAN];
+    const int64_t K = int64_t(n_head) * D;
+    const int t = blockIdx.y;
+    const int64_t k0 = int64_t(blockIdx.x) * SPAN;
+    float* orow = out + int64_t(t) * K;
+    const int nu = attn_splits_used(pos[t] + 1, ns);
+    if (nu > 1) {  // block-uniform
+        const int grp = threadIdx.x / ATTN_THREADS, gtid = threadIdx.x % ATTN_THREADS;
+        const int64_t kg = k0 + grp * ATTN_COMBINE_COLS;
+        const bool live = kg < K;  // a group past the row still joins the barriers
+        const int h = live ? int(kg / D) : 0, c0 = live ? int(kg % D) : 0;
+        const float* w = work + (int64_t(t) * n_head + h) * ns * (D + ATTN_PART_HDR);
+        const float4 r = attn_combine_cols<D>(w, nu, c0, gtid, sm[grp]);
+        if (live && gtid < AttnCombineSmem::CQ) {
+            const int e = grp * ATTN_COMBINE_COLS + gtid * 4;
+            const float rv[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                orow[k0 + e + i] = rv[i];
+                vals[e + i] = rv[i];
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x >= WARP) return;
+    const int lane = threadIdx.x;
+    const int64_t k = k0 + 8 * lane;
+    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (k < K) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = nu > 1 ? vals[8 * lane + i] : orow[k + i];
+        if constexpr (GATED) {
+            const int64_t row = int64_t(t) * (K / b.n) + k / b.n, col = k % b.n;
+            const float* br = row_ptr(b, row) + col;
+            float* yr = row_ptr(y, row) + col;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                v[i] = v[i] * sigmoid(br[i]);
+                yr[i] = v[i];
+            }
+        }
+    }
+    quantize_span<QK>(v, lane, q, t, K, k0, true);
+}
+
+template <int D, bool GATED>
+void launch_combine_quant(const AttnQuant& e, dim3 grid, const float* work, int ns, const int32_t* pos, float* out,
+                          int n_head, cudaStream_t s) {
+    const ActOutPtrs o = act_out(e.q);
+    const dim3 block(4 * ATTN_THREADS);
+    switch (qk_of(e.q.kind)) {
+        case 1: launch("attn_combine_quant_kernel", attn_combine_quant_kernel<D, 1, GATED>, grid, block, 0, s, work,
+                       ns, pos, out, n_head, e.b, e.y, o); break;
+        case 2: launch("attn_combine_quant_kernel", attn_combine_quant_kernel<D, 2, GATED>, grid, block, 0, s, work,
+                       ns, pos, out, n_head, e.b, e.y, o); break;
+        default: launch("attn_combine_quant_kernel", attn_combine_quant_kernel<D, 3, GATED>, grid, block, 0, s, work,
+                        ns, pos, out, n_head, e.b, e.y, o); break;
+    }
+}
+
+template <int D>
+void combine_quant(const AttnQuant& e, dim3 grid, const float* work, int ns, const int32_t* pos, float* out,
+                   int n_head, cudaStream_t s) {
+    if (e.gated) launch_combine_quant<D, true>(e, grid, work, ns, pos, out, n_head, s);
+    else launch_combine_quant<D, false>(e, grid, work, ns, pos, out, n_head, s);
+}
+
+// out's T x K floats as Rows r reads them: element k of token t at out + t K + k.
+bool rows_are_out(const Rows& r, const float* out, int64_t K, int64_t T) {
+    return r.data == out && r.n > 0 && K % r.n == 0 && r.n1 * r.n2 == T * (K / r.n) && (r.n1 == 1 || r.s1 == r.n) &&
+           (r.n2 == 1 || r.s2 == r.n * r.n1);
+}
+
 }  // namespace
+
+bool attention_quantize_fits(const AttnQuant& e, const float* out, int64_t n_head, int64_t d, int64_t T) {
+    const int64_t K = n_head * d;
+    const ActDest& q = e.q;
+    if (!qk_of(q.kind) || q.K != K || q.T != T || q.K % (q.kind == ActKind::Q8_K ? 256 : 32) != 0) return false;
+    if (!e.gated) return q.x == out && (T == 1 || q.ldx == K);
+    return rows_are_out(e.a, out, K, T) && gate_quantize_fits(e.a, e.b, e.y, q);
+}
 
 void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, cudaStream_t s) {
     if (T == 0) return;
@@ -214,9 +311,10 @@ int launch_d(GgmlType type, const AttnArgs& a, int T, int n_kv, int ns, cudaStre
 
 }  // namespace
 
-void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale, float* out,
-               void* work, int max_seg_len, cudaStream_t s, const Segment* seg, int n_seg, int fresh) {
-    if (T == 0) return;
+bool attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale, float* out,
+               void* work, int max_seg_len, cudaStream_t s, const Segment* seg, int n_seg, int fresh,
+               const AttnQuant* quant) {
+    if (T == 0) return false;
     // Steps with a prompt chunk of kPrefillMinSegment tokens or more: the
     // tensor-core kernel where it applies (QINFER_CUDA_ATTN_PREFILL=0: the
     // one-pass kernel below). Its f16 q and probabilities move a token's output
@@ -225,7 +323,7 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
     static const bool tiled_prefill = env_int("QINFER_CUDA_ATTN_PREFILL", 0, 1, 1) != 0;
     if (tiled_prefill && seg && n_seg > 0 && max_seg_len >= kPrefillMinSegment &&
         attention_prefill(q, kv, seg, n_seg, T, scale, out, s))
-        return;
+        return false;
     const int64_t n_head = q.n1;
     if (n_head % kv.n_kv != 0 || q.n != kv.d)
         fail(strfmt("CUDA attention: %lld query heads of %lld vs %lld kv heads of %lld", (long long)n_head,
@@ -259,6 +357,16 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
         default: fail(strfmt("CUDA attention: head dim %lld not supported (64, 128, 256)", (long long)kv.d));
     }
     QINFER_CUDA_LAUNCHED("attention");
+    if (ns > 1 && quant && attention_quantize_fits(*quant, out, n_head, kv.d, T)) {
+        const dim3 grid(unsigned(ceil_div(n_head * kv.d, 256)), unsigned(T));
+        switch (kv.d) {
+            case 64: combine_quant<64>(*quant, grid, a.work, ns, pos, out, int(n_head), s); break;
+            case 128: combine_quant<128>(*quant, grid, a.work, ns, pos, out, int(n_head), s); break;
+            default: combine_quant<256>(*quant, grid, a.work, ns, pos, out, int(n_head), s); break;
+        }
+        QINFER_CUDA_LAUNCHED("attention combine + quantize");
+        return true;
+    }
     if (ns > 1) {
         const dim3 grid(static_cast<unsigned>(n_head), unsigned(T), unsigned(kv.d / ATTN_COMBINE_COLS));
         switch (kv.d) {
@@ -271,6 +379,7 @@ void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot
         }
         QINFER_CUDA_LAUNCHED("attention combine");
     }
+    return false;
 }
 
 }  // namespace qinfer::cuda

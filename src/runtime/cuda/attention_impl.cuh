@@ -782,61 +782,95 @@ __global__ void __launch_bounds__(NW * WARP, 3) attn_split_mma_kernel(AttnArgs a
     }
 }
 
-// Merges the partials of the splits in use for one (head, token, 64 columns):
-// grid (n_head, T, D / 64), ATTN_THREADS threads = 16 float4 columns x 8 split
-// slices. Exits at once when one split covered the context (it wrote out).
+// block_max / block_sum of one group of ATTN_THREADS threads (gtid: the
+// thread's index in its group; red: the group's ATTN_THREADS / WARP floats), in
+// their order, so a group of a larger block gives a one-group block's bits.
+// Every thread of the block calls (barriers).
+template <bool MAX> __device__ __forceinline__ float attn_group_reduce(float v, float* red, int gtid) {
+    const int lane = gtid % WARP, wid = gtid / WARP;
+    v = MAX ? warp_max(v) : warp_sum(v);
+    __syncthreads();  // red may still be read by a previous call
+    if (lane == 0) red[wid] = v;
+    __syncthreads();
+    v = lane < ATTN_THREADS / WARP ? red[lane] : (MAX ? -INFINITY : 0.f);
+    return MAX ? warp_max(v) : warp_sum(v);
+}
+
+// What one group of ATTN_THREADS threads needs in shared memory to merge.
+struct AttnCombineSmem {
+    static constexpr int CQ = ATTN_COMBINE_COLS / 4;  // float4 columns
+    static constexpr int SL = ATTN_THREADS / CQ;      // split slices
+    float f[ATTN_MAX_SPLITS];
+    float red[ATTN_THREADS / WARP];
+    float4 part[SL][CQ];
+};
+
+// Merges the partials w (one head and token: nu splits in use, stride D +
+// ATTN_PART_HDR) for columns [c0, c0 + ATTN_COMBINE_COLS), one group of
+// ATTN_THREADS threads = 16 float4 columns x 8 split slices. Threads gtid < 16
+// get columns c0 + 4 gtid .. + 3 of the output. Every thread of the block calls.
 template <int D>
-__global__ void __launch_bounds__(ATTN_THREADS) attn_combine_kernel(const float* __restrict__ work, int ns,
-                                                                    const int32_t* __restrict__ pos,
-                                                                    float* __restrict__ out) {
-    pdl_enter();
+__device__ __forceinline__ float4 attn_combine_cols(const float* __restrict__ w, int nu, int c0, int gtid,
+                                                    AttnCombineSmem& sm) {
     constexpr int PS = D + ATTN_PART_HDR;
-    constexpr int CQ = ATTN_COMBINE_COLS / 4;  // float4 columns per block
-    constexpr int SL = ATTN_THREADS / CQ;      // split slices
+    constexpr int CQ = AttnCombineSmem::CQ, SL = AttnCombineSmem::SL;
     static_assert(D % ATTN_COMBINE_COLS == 0 && ATTN_MAX_SPLITS <= ATTN_THREADS, "combine shape");
-    __shared__ float f[ATTN_MAX_SPLITS];
-    __shared__ float red[WARP];  // block_max / block_sum
-    __shared__ float4 part[SL][CQ];
-    const int h = blockIdx.x, t = blockIdx.y, c0 = blockIdx.z * ATTN_COMBINE_COLS, n_head = gridDim.x;
-    const int tid = threadIdx.x;
-    const int nu = attn_splits_used(pos[t] + 1, ns);
-    if (nu <= 1) return;
-    const float* w = work + (int64_t(t) * n_head + h) * ns * PS;
-    const float ms = tid < nu ? w[tid * PS] : -INFINITY;
-    const float ls = tid < nu ? w[tid * PS + 1] : 0.f;
-    const float mt = block_max(ms, red);
-    const float fs = tid < nu ? expf(ms - mt) : 0.f;
-    if (tid < ATTN_MAX_SPLITS) f[tid] = fs;
-    const float lt = block_sum(ls * fs, red);  // its barriers also publish f
-    const int cq = tid % CQ, sl = tid / CQ;
+    const float ms = gtid < nu ? w[gtid * PS] : -INFINITY;
+    const float ls = gtid < nu ? w[gtid * PS + 1] : 0.f;
+    const float mt = attn_group_reduce<true>(ms, sm.red, gtid);
+    const float fs = gtid < nu ? expf(ms - mt) : 0.f;
+    if (gtid < ATTN_MAX_SPLITS) sm.f[gtid] = fs;
+    const float lt = attn_group_reduce<false>(ls * fs, sm.red, gtid);  // its barriers also publish f
+    const int cq = gtid % CQ, sl = gtid / CQ;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     const float* wc = w + ATTN_PART_HDR + c0 + cq * 4;
 #pragma unroll 4
     for (int s = sl; s < nu; s += SL) {
         const float4 x = *reinterpret_cast<const float4*>(wc + int64_t(s) * PS);
-        const float fw = f[s];
+        const float fw = sm.f[s];
         acc.x = fmaf(fw, x.x, acc.x);
         acc.y = fmaf(fw, x.y, acc.y);
         acc.z = fmaf(fw, x.z, acc.z);
         acc.w = fmaf(fw, x.w, acc.w);
     }
-    part[sl][cq] = acc;
+    sm.part[sl][cq] = acc;
     __syncthreads();
-    if (tid < CQ) {
-        float4 r = part[0][tid];
+    float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (gtid < CQ) {
+        r = sm.part[0][gtid];
 #pragma unroll
         for (int s = 1; s < SL; ++s) {
-            r.x += part[s][tid].x;
-            r.y += part[s][tid].y;
-            r.z += part[s][tid].z;
-            r.w += part[s][tid].w;
+            r.x += sm.part[s][gtid].x;
+            r.y += sm.part[s][gtid].y;
+            r.z += sm.part[s][gtid].z;
+            r.w += sm.part[s][gtid].w;
         }
         const float inv = 1.f / lt;
-        float* o = out + (int64_t(t) * n_head + h) * D + c0 + tid * 4;
-        o[0] = r.x * inv;
-        o[1] = r.y * inv;
-        o[2] = r.z * inv;
-        o[3] = r.w * inv;
+        r = make_float4(r.x * inv, r.y * inv, r.z * inv, r.w * inv);
+    }
+    return r;
+}
+
+// Merges the partials of the splits in use for one (head, token, 64 columns):
+// grid (n_head, T, D / 64), ATTN_THREADS threads. Exits at once when one split
+// covered the context (it wrote out).
+template <int D>
+__global__ void __launch_bounds__(ATTN_THREADS) attn_combine_kernel(const float* __restrict__ work, int ns,
+                                                                    const int32_t* __restrict__ pos,
+                                                                    float* __restrict__ out) {
+    pdl_enter();
+    __shared__ AttnCombineSmem sm;
+    const int h = blockIdx.x, t = blockIdx.y, c0 = blockIdx.z * ATTN_COMBINE_COLS, n_head = gridDim.x;
+    const int nu = attn_splits_used(pos[t] + 1, ns);
+    if (nu <= 1) return;
+    const float* w = work + (int64_t(t) * n_head + h) * ns * (D + ATTN_PART_HDR);
+    const float4 r = attn_combine_cols<D>(w, nu, c0, threadIdx.x, sm);
+    if (threadIdx.x < AttnCombineSmem::CQ) {
+        float* o = out + (int64_t(t) * n_head + h) * D + c0 + threadIdx.x * 4;
+        o[0] = r.x;
+        o[1] = r.y;
+        o[2] = r.z;
+        o[3] = r.w;
     }
 }
 

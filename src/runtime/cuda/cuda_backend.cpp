@@ -145,6 +145,7 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
     fuse_l2_ = fuse_ && !env_is("QINFER_CUDA_FUSE_L2", "0");
     fuse_gdr_norm_ = fuse_ && !env_is("QINFER_CUDA_FUSE_GDR_NORM", "0");
     fuse_kv_store_ = fuse_ && !env_is("QINFER_CUDA_FUSE_KV_STORE", "0");
+    fuse_attn_quant_ = fuse_ && !env_is("QINFER_CUDA_FUSE_ATTN_QUANT", "0");
     fuse_ffn_ = fuse_ && env_is("QINFER_CUDA_FUSE_FFN", "1");
     QINFER_CUDA_CHECK(cudaMemset(scratch(ffn_barrier_, 256, "FFN barrier"), 0, 256));
     profile_ = env_is("QINFER_CUDA_PROFILE", "1");
@@ -962,17 +963,20 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, c
     float* op = static_cast<float*>(out.data);
     sig(uint32_t(12), qr, kr, vr, kv.k, kv.v, kv.type, d, n_kv, kv.n_ctx, kv.n_slots, pos, slot, T, scale, op, work,
         max_len, seg, n_seg, fresh);
-    auto attend = [=, s = stream_] {
-        cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s, seg, n_seg, fresh);
+    auto attend = [=, s = stream_](const cuda::AttnQuant* quant) {
+        return cuda::attention(qr, kv, pos, slot, T, scale, op, work, max_len, s, seg, n_seg, fresh, quant);
     };
     enqueue([=, s = stream_] {
         cuda::kv_store(kr, vr, kv, pos, slot, T, s);
-        attend();
+        attend(nullptr);
     });
-    if (deferring()) {  // the store may move into the q / k norm + rope launch (run_pending)
+    // the store may move into the q / k norm + rope launch, the quantization of
+    // the output into the attention's (run_pending)
+    if (deferring()) {
         PendingOp& po = pending_.back();
         po.kind = PendingOp::Attention;
         po.kv_store = cuda::KvStoreJob{kr, vr, kv, pos, slot};
+        po.kv_T = T;
         po.run_attention = attend;
     }
     chain_wrote(kv.k);
@@ -1279,6 +1283,34 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
             i += 3;
             continue;
         }
+        // the attention at k, then the quantization of its output (after the sigmoid
+        // gate) for the next product, which its merge launch may take over: the
+        // ops that launch runs, and whether it did
+        auto run_attention_at = [&](size_t k, const std::string& label) -> size_t {
+            const PendingOp& at = pending_[k];
+            cuda::AttnQuant quant;
+            size_t used = 0;
+            auto is = [&](size_t j, PendingOp::Kind kind) {
+                return j < n && pending_[j].kind == kind && !skipped(pending_[j]);
+            };
+            if (fuse_attn_quant_ && is(k + 1, PendingOp::Gate) && pending_[k + 1].gate == cuda::Gate::SigmoidMul &&
+                is(k + 2, PendingOp::Quantize)) {
+                const PendingOp& g = pending_[k + 1];
+                quant = cuda::AttnQuant{true, g.a, g.b, g.y, pending_[k + 2].dest};
+                used = 2;
+            } else if (fuse_attn_quant_ && is(k + 1, PendingOp::Quantize)) {
+                quant.q = pending_[k + 1].dest;
+                used = 1;
+            }
+            std::string full = label;
+            for (size_t j = k + 1; j <= k + used; ++j) full += " + " + pending_[j].label;
+            if (prof) before(used ? full + " (if split)" : label);
+            const bool fused = at.run_attention(used ? &quant : nullptr);
+            after();
+            if (!fused) return 1;
+            fused_producers_ += used;
+            return 1 + used;
+        };
         // l2 norms of q and k (in place) right before a serial delta rule that reads them
         if (fuse_l2_ && i + 2 < n && op.kind == PendingOp::Norm && pending_[i + 1].kind == PendingOp::Norm &&
             pending_[i + 2].kind == PendingOp::Gdr) {
@@ -1364,11 +1396,8 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
                 cuda::norm_rope(op.norm, &pending_[i + 1].norm, pending_[i + 2].rope, &pending_[i + 3].rope, stream_,
                                 &at.kv_store);
                 after();
-                before(at.label + " (stored)");
-                at.run_attention();
-                after();
                 fused_producers_ += 2;
-                i += 5;
+                i += 4 + run_attention_at(i + 4, at.label + " (stored)");
                 continue;
             }
             if (pair_rope_at(i)) used = 4;
@@ -1392,6 +1421,14 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
                 i += used;
                 continue;
             }
+        }
+        if (op.kind == PendingOp::Attention && fuse_attn_quant_) {
+            const cuda::KvStoreJob& st = op.kv_store;
+            if (prof) before("kv_store");
+            cuda::kv_store(st.k, st.v, st.kv, st.pos, st.slot, op.kv_T, stream_);
+            after();
+            i += run_attention_at(i, op.label);
+            continue;
         }
         if (op.kind != PendingOp::Matvec || !fuse_) {
             before(op.label);

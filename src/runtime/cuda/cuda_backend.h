@@ -194,7 +194,8 @@ private:
         const cuda::Segment* gdr_seg = nullptr;  // which may take over the l2 norms
         int gdr_n_seg = 0, gdr_max_len = 0;      // of q and k just before it
         cuda::KvStoreJob kv_store;  // Attention: its cache store, which the q / k norm + rope
-        std::function<void()> run_attention;  // launch may take over, and the attention alone
+        int64_t kv_T = 0;           // launch may take over (kv_T tokens), and the attention alone,
+        std::function<bool(const cuda::AttnQuant*)> run_attention;  // maybe with the quantization after it
         std::string label;   // QINFER_CUDA_PROFILE only
         uint32_t code = 0;   // the op's signature code (op_name)
     };
@@ -214,6 +215,10 @@ private:
     // A decode step's K / V cache rows written by the q / k norm + rope launch
     // before the attention (QINFER_CUDA_FUSE_KV_STORE=0: kv_store's own launch).
     bool fuse_kv_store_ = true;
+    // A decode step's quantization of the attention's output (after its sigmoid
+    // gate, qwen35) inside the launch that merges the key-range splits
+    // (QINFER_CUDA_FUSE_ATTN_QUANT=0: separate).
+    bool fuse_attn_quant_ = true;
     // A one-token FFN block (norm .. down + residual) as one launch
     // (cuda::ffn_decode), with QINFER_CUDA_FUSE_FFN=1 only: bit-identical, but
     // tg128 450 vs 507 tok/s on an H200 in its first form (docs/cuda-notes.md).

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/kernels.h"
 
 namespace qinfer::cuda {
 
@@ -77,6 +78,11 @@ __device__ __forceinline__ uint16_t f2bf(float f) {
     uint32_t u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 64);
     return uint16_t((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
+}
+
+// Row i of a Rows view (rows = n1 * n2, strides s1 / s2).
+__device__ __forceinline__ float* row_ptr(const Rows& r, int64_t i) {
+    return r.data + (i % r.n1) * r.s1 + (i / r.n1) * r.s2;
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }

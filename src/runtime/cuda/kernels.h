@@ -256,9 +256,22 @@ void set_attention_split_max_tokens(int t);
 // that this launch joins began (fresh >= the most tokens of one slot in the
 // step, whose rows kv_store writes just before), so the tensor-core split kernel
 // starts loading them before it waits on the kernels before it. 0: it waits first.
-void attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale,
+//
+// `quant` (decode): the quantization of out for the product after it -- of out
+// itself, or (gated) of y = a * sigmoid(b) where a is out's rows, as
+// gate_quantize computes it -- done by the launch that merges the key-range
+// splits, so it needs no launch of its own. Returns whether it was done (the
+// split kernel ran, and the rows fit: attention_quantize_fits); where not, the
+// caller runs it as before.
+struct AttnQuant {
+    bool gated = false;
+    Rows a, b, y;  // gated only
+    ActDest q;
+};
+bool attention_quantize_fits(const AttnQuant& e, const float* out, int64_t n_head, int64_t d, int64_t T);
+bool attention(Rows q, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, float scale,
                float* out, void* work, int max_seg_len, cudaStream_t s, const Segment* seg = nullptr, int n_seg = 0,
-               int fresh = 0);
+               int fresh = 0, const AttnQuant* quant = nullptr);
 // The same attention for prompt steps on the tensor cores (attention_prefill.cu):
 // tokens given as segments (device array of n_seg, contiguous runs of one
 // sequence in batch order; token first + i at position pos0 + i of slot). Q and

@@ -13,10 +13,6 @@ namespace qinfer::cuda {
 
 namespace {
 
-__device__ __forceinline__ float* row_ptr(const Rows& r, int64_t i) {
-    return r.data + (i % r.n1) * r.s1 + (i / r.n1) * r.s2;
-}
-
 // Norm kernels for rows longer than kRegRowMax (and QINFER_CUDA_REG_NORM=0): one
 // warp per row when rows are short, else one block per row.
 using NormKind = NormOp;
