@@ -26,51 +26,27 @@ namespace qinfer::cuda {
 
 namespace {
 
-template <typename KT>
-__global__ void kv_store_kernel(Rows k, Rows v, KT* __restrict__ K, KT* __restrict__ V, int64_t d, int64_t n_kv,
-                                int64_t n_ctx, const int32_t* __restrict__ pos, const int32_t* __restrict__ slot) {
+// One thread per 8 values of the step's K or V row of one (token = blockIdx.y,
+// kv head): whole warps, since a q8_0 block is 4 lanes' shuffles (d % 32 == 0,
+// so no block straddles K and V). type as store_cache8 takes it.
+__global__ void kv_store_kernel(Rows k, Rows v, unsigned char* __restrict__ K, unsigned char* __restrict__ V, int type,
+                                int64_t d, int64_t n_kv, int64_t n_ctx, const int32_t* __restrict__ pos,
+                                const int32_t* __restrict__ slot) {
     pdl_enter();
     const int64_t t = blockIdx.y;
-    const int64_t p = pos[t], s = slot[t];
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_kv * d; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t g = i / d, e = i % d;
-        const int64_t off = ((s * n_ctx + p) * n_kv + g) * d + e;
-        const float kv = k.data[g * k.s1 + t * k.s2 + e];
-        const float vv = v.data[g * v.s1 + t * v.s2 + e];
-        if constexpr (sizeof(KT) == 2) {
-            K[off] = __float2half_rn(kv);
-            V[off] = __float2half_rn(vv);
-        } else {
-            K[off] = kv;
-            V[off] = vv;
-        }
-    }
-}
-
-// One 32-value block of one row as a GGUF q8_0 block, lane = value, exactly
-// as quantize_ref_q8_0 (quant/quantize.cpp): d = amax / 127, q = round(x / d)
-// with ties away from zero, through the reciprocal as there.
-__device__ __forceinline__ void store_q8_0_block(float x, unsigned char* block, int lane) {
-    const float d = warp_max(fabsf(x)) / 127;
-    if (lane == 0) *reinterpret_cast<__half*>(block) = __float2half_rn(d);
-    block[2 + lane] = q8_0_ref_quant(x, q8_0_reciprocal(d));
-}
-
-// One warp per (token = blockIdx.y, kv head, 32-block) of K and of V.
-__global__ void kv_store_q8_0_kernel(Rows k, Rows v, unsigned char* __restrict__ K, unsigned char* __restrict__ V,
-                                     int64_t d, int64_t n_kv, int64_t n_ctx, const int32_t* __restrict__ pos,
-                                     const int32_t* __restrict__ slot) {
-    pdl_enter();
-    const int64_t t = blockIdx.y;
-    const int lane = threadIdx.x % WARP;
-    const int64_t nb = d / 32;
-    const int64_t i = int64_t(blockIdx.x) * (blockDim.x / WARP) + threadIdx.x / WARP;  // (head, block)
-    if (i >= n_kv * nb) return;  // warp-uniform
-    const int64_t g = i / nb, b = i % nb, e = b * 32 + lane;
+    const int64_t per_head = d / 8, per_side = n_kv * per_head;
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const bool live = i < 2 * per_side;
+    const int64_t j = live ? i % per_side : 0;
+    const bool is_v = live && i >= per_side;
+    const int64_t g = j / per_head, k0 = (j % per_head) * 8;
+    const Rows& r = is_v ? v : k;
+    const float* src = r.data + g * r.s1 + t * r.s2 + k0;
+    float x[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = src[e];
     const int64_t row = (int64_t(slot[t]) * n_ctx + pos[t]) * n_kv + g;
-    const int64_t off = row * nb * 34 + b * 34;
-    store_q8_0_block(k.data[g * k.s1 + t * k.s2 + e], K + off, lane);
-    store_q8_0_block(v.data[g * v.s1 + t * v.s2 + e], V + off, lane);
+    store_cache8(is_v ? V : K, type, row, d, k0, x, live);
 }
 
 // A decode step's merge of the splits and the quantization of its output for
@@ -173,26 +149,12 @@ bool attention_quantize_fits(const AttnQuant& e, const float* out, int64_t n_hea
 
 void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, cudaStream_t s) {
     if (T == 0) return;
-    const dim3 grid(unsigned(ceil_div(kv.n_kv * kv.d, 256)), unsigned(T));
-    switch (kv.type) {
-        case GgmlType::F16:
-            launch("kv_store_kernel", kv_store_kernel<__half>, dim3(grid), dim3(256), 0, s, k, v,
-                   static_cast<__half*>(kv.k), static_cast<__half*>(kv.v), kv.d, kv.n_kv, kv.n_ctx, pos, slot);
-            break;
-        case GgmlType::F32:
-            launch("kv_store_kernel", kv_store_kernel<float>, dim3(grid), dim3(256), 0, s, k, v,
-                   static_cast<float*>(kv.k), static_cast<float*>(kv.v), kv.d, kv.n_kv, kv.n_ctx, pos, slot);
-            break;
-        case GgmlType::Q8_0: {
-            constexpr int kWarps = 8;  // (head, block) pairs per 256-thread block
-            const dim3 qgrid(unsigned(ceil_div(kv.n_kv * (kv.d / 32), kWarps)), unsigned(T));
-            launch("kv_store_q8_0_kernel", kv_store_q8_0_kernel, dim3(qgrid), dim3(kWarps * WARP), 0, s, k, v,
-                   static_cast<unsigned char*>(kv.k), static_cast<unsigned char*>(kv.v), kv.d, kv.n_kv, kv.n_ctx,
-                   pos, slot);
-            break;
-        }
-        default: fail(strfmt("CUDA kv_store: cache type %s not supported", type_name(kv.type)));
-    }
+    const int type = kv_cache_code(kv.type);
+    if (type < 0) fail(strfmt("CUDA kv_store: cache type %s not supported", type_name(kv.type)));
+    if (kv.d % 32 != 0) fail(strfmt("CUDA kv_store: head dim %lld is not a multiple of 32", (long long)kv.d));
+    const dim3 grid(unsigned(ceil_div(2 * kv.n_kv * (kv.d / 8), 256)), unsigned(T));
+    launch("kv_store_kernel", kv_store_kernel, grid, dim3(256), 0, s, k, v, static_cast<unsigned char*>(kv.k),
+           static_cast<unsigned char*>(kv.v), type, kv.d, kv.n_kv, kv.n_ctx, pos, slot);
     QINFER_CUDA_LAUNCHED("kv_store");
 }
 

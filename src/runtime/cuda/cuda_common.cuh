@@ -107,4 +107,37 @@ __device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c
 
 inline int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
+// Eight values of a KV cache row (its elements k0 .. k0 + 7; type 0 f32, 1
+// f16, 2 q8_0) as kv_store (attention.cu) and the fused norm + rope + store
+// (ops.cu) write them. q8_0: the 32-value block is lanes 4j .. 4j + 3 (every
+// lane takes part in the shuffles), quantized as quantize_row does.
+// store_cache8's type for a cache tensor type; -1 for one it does not write.
+inline int kv_cache_code(GgmlType t) {
+    return t == GgmlType::F32 ? 0 : t == GgmlType::F16 ? 1 : t == GgmlType::Q8_0 ? 2 : -1;
+}
+__device__ __forceinline__ void store_cache8(unsigned char* cache, int type, int64_t row, int64_t d, int64_t k0,
+                                             const float (&v)[8], bool write) {
+    const float amax = block32_amax(v);
+    if (!write) return;
+    if (type == 0) {
+        float* p = reinterpret_cast<float*>(cache) + row * d + k0;
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4*>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    } else if (type == 1) {
+        auto pair = [](float lo, float hi) {
+            return unsigned(__half_as_ushort(__float2half_rn(lo))) | unsigned(__half_as_ushort(__float2half_rn(hi))) << 16;
+        };
+        *reinterpret_cast<uint4*>(reinterpret_cast<__half*>(cache) + row * d + k0) =
+            make_uint4(pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
+    } else {
+        const float dq = amax / 127, id = q8_0_reciprocal(dq);
+        unsigned char* block = cache + row * (d / 32) * 34 + (k0 / 32) * 34;
+        if (k0 % 32 == 0) *reinterpret_cast<__half*>(block) = __float2half_rn(dq);
+        unsigned short* qs = reinterpret_cast<unsigned short*>(block + 2 + k0 % 32);  // 2-byte aligned
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            qs[i] = static_cast<unsigned short>(q8_0_ref_quant(v[2 * i], id) | q8_0_ref_quant(v[2 * i + 1], id) << 8);
+    }
+}
+
 }  // namespace qinfer::cuda

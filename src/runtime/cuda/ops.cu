@@ -2,6 +2,7 @@
 // Same formulas and operation order as the CPU backend (runtime/cpu/cpu_ops.cpp).
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "common/error.h"
 #include "runtime/cuda/act_quant.cuh"
@@ -124,34 +125,6 @@ struct RegNormArgs {
     int64_t n_kv, n_ctx;
     const int32_t* slot;
 };
-
-// Eight values of a cache row (its elements k0 .. k0 + 7) as kv_store writes
-// them. q8_0: the 32-value block is lanes 4j .. 4j + 3 (every lane takes part
-// in the shuffles), quantized as store_q8_0_block (attention.cu) does.
-__device__ __forceinline__ void store_cache8(unsigned char* cache, int type, int64_t row, int64_t d, int64_t k0,
-                                             const float (&v)[8], bool write) {
-    const float amax = block32_amax(v);
-    if (!write) return;
-    if (type == 0) {
-        float* p = reinterpret_cast<float*>(cache) + row * d + k0;
-        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-        *reinterpret_cast<float4*>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
-    } else if (type == 1) {
-        auto pair = [](float lo, float hi) {
-            return unsigned(__half_as_ushort(__float2half_rn(lo))) | unsigned(__half_as_ushort(__float2half_rn(hi))) << 16;
-        };
-        *reinterpret_cast<uint4*>(reinterpret_cast<__half*>(cache) + row * d + k0) =
-            make_uint4(pair(v[0], v[1]), pair(v[2], v[3]), pair(v[4], v[5]), pair(v[6], v[7]));
-    } else {
-        const float dq = amax / 127, id = q8_0_reciprocal(dq);
-        unsigned char* block = cache + row * (d / 32) * 34 + (k0 / 32) * 34;
-        if (k0 % 32 == 0) *reinterpret_cast<__half*>(block) = __float2half_rn(dq);
-        unsigned short* qs = reinterpret_cast<unsigned short*>(block + 2 + k0 % 32);  // 2-byte aligned
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-            qs[i] = static_cast<unsigned short>(q8_0_ref_quant(v[2 * i], id) | q8_0_ref_quant(v[2 * i + 1], id) << 8);
-    }
-}
 
 // One rotated pair as rope_neox computes it (also there): no contraction into
 // FMAs, so the fused and the plain rope round alike.
@@ -311,7 +284,7 @@ void launch_reg_norm(const NormJob& j0, const NormJob* j1, int64_t m, const ActO
         a.rows_v = store->v.n1 * store->v.n2;
         a.cache_k = static_cast<unsigned char*>(store->kv.k);
         a.cache_v = static_cast<unsigned char*>(store->kv.v);
-        a.cache_type = store->kv.type == GgmlType::F32 ? 0 : store->kv.type == GgmlType::F16 ? 1 : 2;
+        a.cache_type = kv_cache_code(store->kv.type);
         a.n_kv = store->kv.n_kv;
         a.n_ctx = store->kv.n_ctx;
         a.slot = store->slot;
@@ -320,17 +293,17 @@ void launch_reg_norm(const NormJob& j0, const NormJob* j1, int64_t m, const ActO
     const int rpb = a.tpr >= 256 ? 1 : 256 / a.tpr;
     const bool vec = job_vec_ok(j0) && (!j1 || job_vec_ok(*j1)) && (!store || rows_vec_ok(store->v));
     const unsigned grid = unsigned(ceil_div(a.rows + (store ? a.rows_v : 0), rpb));
-    if constexpr (ROPE) {
-        if (store) {
-            if (vec) launch("reg_norm_kernel", reg_norm_kernel<KIND, true, QK, true, true>, dim3(grid),
-                            dim3(a.tpr * rpb), 0, s, a);
-            else launch("reg_norm_kernel", reg_norm_kernel<KIND, false, QK, true, true>, dim3(grid),
+    auto go = [&](auto with_store) {  // the 16-byte or the scalar form
+        constexpr bool STORE = decltype(with_store)::value;
+        if (vec) launch("reg_norm_kernel", reg_norm_kernel<KIND, true, QK, ROPE, STORE>, dim3(grid),
                         dim3(a.tpr * rpb), 0, s, a);
-            return;
-        }
+        else launch("reg_norm_kernel", reg_norm_kernel<KIND, false, QK, ROPE, STORE>, dim3(grid),
+                    dim3(a.tpr * rpb), 0, s, a);
+    };
+    if constexpr (ROPE) {
+        if (store) return go(std::true_type{});
     }
-    if (vec) launch("reg_norm_kernel", reg_norm_kernel<KIND, true, QK, ROPE>, dim3(grid), dim3(a.tpr * rpb), 0, s, a);
-    else launch("reg_norm_kernel", reg_norm_kernel<KIND, false, QK, ROPE>, dim3(grid), dim3(a.tpr * rpb), 0, s, a);
+    go(std::false_type{});
 }
 
 template <int QK>
@@ -580,9 +553,8 @@ bool norm_rope_store_fits(const NormJob& a, const NormJob& b, const RopeJob& ra,
     const int64_t d = y.n;
     const bool k_is_y = k.data == y.data && k.n == d && k.n1 == y.n1 && k.n2 == y.n2 &&
                         (k.n1 <= 1 || k.s1 == y.s1) && (k.n2 <= 1 || k.s2 == y.s2);
-    const GgmlType t = st.kv.type;
     // v is read while a's and b's rows are written, by other threads of the launch
-    return k_is_y && (t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::Q8_0) && st.kv.d == d &&
+    return k_is_y && kv_cache_code(st.kv.type) >= 0 && st.kv.d == d &&
            d % 32 == 0 && st.kv.n_kv == y.n1 && v.n == d && v.n1 == y.n1 && v.n2 == y.n2 && st.pos == ra.pos &&
            st.slot && st.kv.k && st.kv.v && !overlap(v, a.y) && !overlap(v, b.y);
 }
