@@ -126,6 +126,21 @@ __global__ void __launch_bounds__(W * WARP)
     const int dk = p.dk, dv = p.dv;
     if (r0 >= dv) return;
     const int kh = j % p.Hk;  // tiled value-head -> key-head mapping (GGUF order)
+    // QK: the gated norm's weight and gate for the 8 values a lane of the lead
+    // warp normalizes at the end, loaded while the recurrence runs (the weight
+    // before the wait: no kernel writes it), not after the cluster barrier
+    float nw[8], nz[8];
+    [[maybe_unused]] bool norm_warp = false;
+    [[maybe_unused]] const int hp = lane / 16, nk0 = 8 * (lane % 16);  // head of the pair, first element
+    [[maybe_unused]] const int64_t nr = int64_t(sg.first) * p.Hv + (j & ~1) + hp;  // its gate / output row
+#if __CUDA_ARCH__ >= 900
+    if constexpr (QK != 0) {
+        norm_warp = cooperative_groups::this_cluster().block_rank() == 0 && wid == 0;
+        if (norm_warp)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) nw[i] = nd.w[nk0 + i];
+    }
+#endif
     float* S = p.S + ((int64_t(sg.slot) * p.Hv + j) * dv) * dk;
     float s[GDR_ROWS][KPL];
 #pragma unroll
@@ -133,9 +148,14 @@ __global__ void __launch_bounds__(W * WARP)
 #pragma unroll
         for (int i = 0; i < KPL; ++i)
             s[r][i] = r0 + r < dv ? S[int64_t(r0 + r) * dk + lane + 32 * i] : 0.f;
+    const float dtb = p.dt_bias[j], A = p.ssm_a[j];  // weights: before the wait
     if (p.state_early) pdl_wait_inputs();  // q, k, v, a and b come from the kernels before this one
+    if (QK != 0 && norm_warp) {
+        const float* zr = nd.z.data + (nr % nd.z.n1) * nd.z.s1 + (nr / nd.z.n1) * nd.z.s2;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) nz[i] = zr[nk0 + i];
+    }
     const float scale = rsqrtf(float(dk));
-    const float dtb = p.dt_bias[j], A = p.ssm_a[j];
     // Inputs of token t+1 are loaded while token t is computed: the chain through
     // the state is the only true dependency between tokens.
     float kk[KPL], qq[KPL], vr[GDR_ROWS], araw = 0.f, braw = 0.f;
@@ -243,10 +263,9 @@ __global__ void __launch_bounds__(W * WARP)
         float* lead = cluster.map_shared_rank(pair, 0);
         if (lane < GDR_ROWS) lead[(j & 1) * DV + r0 + lane] = last;
         cluster.sync();
-        if (cluster.block_rank() == 0 && wid == 0) {
-            const int hp = lane / 16, k0 = 8 * (lane % 16);  // head of the pair, first element
-            const int64_t r = int64_t(sg.first) * p.Hv + (j & ~1) + hp, rp = r - hp;
-            const float* zr = nd.z.data + (r % nd.z.n1) * nd.z.s1 + (r / nd.z.n1) * nd.z.s2;
+        if (norm_warp) {
+            const int k0 = nk0;
+            const int64_t r = nr, rp = r - hp;
             float* yr = nd.y.data + (r % nd.y.n1) * nd.y.s1 + (r / nd.y.n1) * nd.y.s2;
             float v[8], ss = 0.f;
 #pragma unroll
@@ -258,7 +277,7 @@ __global__ void __launch_bounds__(W * WARP)
             const float sc = rms_scale(ss, DV, nd.eps);
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
-                v[i] = rms_gated(v[i], sc, nd.w[k0 + i], zr[k0 + i]);
+                v[i] = rms_gated(v[i], sc, nw[i], nz[i]);
                 yr[k0 + i] = v[i];
             }
             quantize_span<QK>(v, lane, nd.q, rp / nd.m, nd.m * DV, (rp % nd.m) * DV, true);

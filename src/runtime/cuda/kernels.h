@@ -175,6 +175,14 @@ void norm_pair(const NormJob& a, const NormJob& b, cudaStream_t s);
 // in one launch; the same values as the ops one by one. Applies when the rope's
 // rows are the norm's output rows (at most 64 tokens of heads up to 2048 floats)
 // and n_rot is a multiple of 16, at most 256.
+// The rotation frequencies base^(-2i / n_rot) of rope_neox's pairs, computed
+// on the host exactly as the CPU backend computes them (std::pow in double) and
+// passed to the kernels by value, so a step's angles cost one multiply each.
+constexpr int kMaxRopePairs = 128;
+struct RopeFreqs {
+    double inv[kMaxRopePairs];
+};
+RopeFreqs rope_freqs(int n_rot, float base);
 struct RopeJob {  // rope_neox's arguments
     Rows x;
     const int32_t* pos = nullptr;

@@ -1,5 +1,6 @@
 // Row-wise and elementwise ops: norms, residual add, gates, copies, RoPE.
 // Same formulas and operation order as the CPU backend (runtime/cpu/cpu_ops.cpp).
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -114,7 +115,8 @@ struct RegNormArgs {
     // a set is head r % n1 of token r / n1), as rope_neox would apply it after.
     const int32_t* pos;
     int n_rot;
-    double base, freq_scale;
+    double freq_scale;
+    RopeFreqs freqs;
     // STORE: set 1's rows (k heads, after the rope) and rows_v rows of v (the
     // grid's rows after both sets) go into the cache, as kv_store writes them.
     Rows v;
@@ -134,11 +136,12 @@ __device__ __forceinline__ float rope_lo(float a, float b, float c, float s) {
 __device__ __forceinline__ float rope_hi(float a, float b, float c, float s) {
     return __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
 }
-// cos / sin of pair i at position pos (angles in double, as the CPU backend).
-__device__ __forceinline__ void rope_cs(int32_t pos, int i, int n_rot, double base, double freq_scale, float* c,
+// cos / sin of pair i at position pos (angles in double, as the CPU backend;
+// its frequencies computed there too: rope_freqs).
+__device__ __forceinline__ void rope_cs(int32_t pos, int i, const RopeFreqs& f, double freq_scale, float* c,
                                         float* s) {
     const double p = double(pos) * freq_scale;
-    const double theta = p * pow(base, -2.0 * double(i) / double(n_rot));
+    const double theta = p * f.inv[i];
     double sn, cn;
     sincos(theta, &sn, &cn);
     *c = float(cn);
@@ -149,7 +152,7 @@ __device__ __forceinline__ void rope_cs(int32_t pos, int i, int n_rot, double ba
 // (Blocks are at most 256 threads with ROPE: its double angles need registers.)
 template <NormKind KIND, bool VEC, int QK, bool ROPE = false, bool STORE = false>
 __global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNormArgs a) {
-    pdl_enter();
+    pdl_trigger_at_top();
     __shared__ float red[32];
     const int tpr = a.tpr;
     const int rib = threadIdx.x / tpr, tid = threadIdx.x % tpr, lane = threadIdx.x % WARP;
@@ -166,9 +169,25 @@ __global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNo
     const int64_t n = live ? x.n : 0;
     const int64_t k0 = int64_t(tid) * 8;
     float v[8], wv[8], zv[8];
+    // Before the wait for the kernels before: what none of them writes -- the
+    // norm weight (the previous token's traffic has evicted it from L2) and the
+    // rope's angles (positions are copied before the step's kernels).
+    if (KIND != NormKind::L2) load8<VEC>(w, k0, n, wv);
+    float cj[4], sj[4];  // ROPE: cos / sin of pairs li + L j, held by the row's first L lanes
+    const int L = tpr < WARP ? tpr : WARP, li = tid % L;
+    if (ROPE) {
+        const int half = a.n_rot / 2;
+        const int32_t pos = live ? a.pos[r / y.n1] : 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            cj[j] = sj[j] = 0.f;
+            if (live && tid < L && li + L * j < half)
+                rope_cs(pos, li + L * j, a.freqs, a.freq_scale, &cj[j], &sj[j]);
+        }
+    }
+    pdl_wait_inputs();
     if (vrow) load8<VEC>(row_ptr(a.v, rv), k0, a.v.n, v);
     else load8<VEC>(live ? row_ptr(x, r) : x.data, k0, n, v);
-    if (KIND != NormKind::L2) load8<VEC>(w, k0, n, wv);
     if (KIND == NormKind::RmsGated) load8<VEC>(live ? row_ptr(z, r) : z.data, k0, n, zv);
     float ss = 0.f;
 #pragma unroll
@@ -194,21 +213,14 @@ __global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNo
         // Pairs (i, i + n_rot/2) lie in whole lanes of the row's first warp
         // (norm_rope_fits): a lane swaps its 8 values with its partner's. The
         // row's L lanes there compute the n_rot/2 angles (<= 4 each) and hand
-        // them out with shuffles, so no lane evaluates more than 4 pow / sincos.
+        // them out with shuffles (computed above, before the wait), so no lane
+        // evaluates more than 4 sincos.
         const int half = a.n_rot / 2, h8 = half / 8;
-        const int L = tpr < WARP ? tpr : WARP, li = tid % L, first = lane - li;
+        const int first = lane - li;
         const int ptid = tid < h8 ? tid + h8 : tid < 2 * h8 ? tid - h8 : tid;
         float pv[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) pv[i] = __shfl_sync(0xffffffffu, v[i], lane - tid + ptid);
-        const int32_t pos = live ? a.pos[r / y.n1] : 0;
-        float cj[4], sj[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            cj[j] = sj[j] = 0.f;
-            if (live && tid < L && li + L * j < half)
-                rope_cs(pos, li + L * j, a.n_rot, a.base, a.freq_scale, &cj[j], &sj[j]);
-        }
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int e = tid * 8 + i, p = e % half;
@@ -276,7 +288,7 @@ void launch_reg_norm(const NormJob& j0, const NormJob* j1, int64_t m, const ActO
     if (rope) {
         a.pos = rope->pos;
         a.n_rot = rope->n_rot;
-        a.base = double(rope->base);
+        a.freqs = rope_freqs(rope->n_rot, rope->base);
         a.freq_scale = double(rope->freq_scale);
     }
     if (store) {
@@ -415,13 +427,14 @@ void check_rows(const char* op, const Rows& a, const Rows& b) {
 
 // RoPE: one block per token; the block computes cos/sin per pair once (angles
 // in double, as the CPU backend does) and applies them to every head.
-__global__ void rope_kernel(Rows x, const int32_t* __restrict__ pos, int n_rot, double base, double freq_scale) {
+__global__ void rope_kernel(Rows x, const int32_t* __restrict__ pos, int n_rot, const RopeFreqs freqs,
+                            double freq_scale) {
     pdl_enter();
     extern __shared__ float cs[];  // [n_rot/2][2]
     const int half = n_rot / 2;
     const int64_t t = blockIdx.x;
     for (int i = threadIdx.x; i < half; i += blockDim.x)
-        rope_cs(pos[t], i, n_rot, base, freq_scale, &cs[2 * i], &cs[2 * i + 1]);
+        rope_cs(pos[t], i, freqs, freq_scale, &cs[2 * i], &cs[2 * i + 1]);
     __syncthreads();
     for (int64_t k = threadIdx.x; k < x.n1 * half; k += blockDim.x) {
         const int64_t h = k / half;
@@ -621,11 +634,19 @@ void gate_quantize(Gate op, Rows a, Rows b, Rows y, const ActDest& q, cudaStream
     QINFER_CUDA_LAUNCHED("gate_quantize");
 }
 
+RopeFreqs rope_freqs(int n_rot, float base) {
+    if (n_rot <= 0 || n_rot % 2 || n_rot / 2 > kMaxRopePairs)
+        fail(strfmt("CUDA rope: n_rot %d is not an even number up to %d", n_rot, 2 * kMaxRopePairs));
+    RopeFreqs f{};
+    for (int i = 0; i < n_rot / 2; ++i) f.inv[i] = std::pow(double(base), -2.0 * double(i) / double(n_rot));
+    return f;
+}
+
 void rope_neox(Rows x, const int32_t* pos, int n_rot, float base, float freq_scale, cudaStream_t s) {
     if (x.n2 == 0 || n_rot == 0) return;
     if (n_rot % 2 || n_rot > x.n) fail(strfmt("CUDA rope: n_rot %d does not fit rows of %lld", n_rot, (long long)x.n));
     launch("rope_kernel", rope_kernel, dim3(unsigned(x.n2)), dim3(128), size_t(n_rot) * sizeof(float), s, x, pos,
-            n_rot, double(base), double(freq_scale));
+            n_rot, rope_freqs(n_rot, base), double(freq_scale));
     QINFER_CUDA_LAUNCHED("rope_neox");
 }
 
