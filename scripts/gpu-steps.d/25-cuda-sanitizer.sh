@@ -15,7 +15,7 @@ chk() {  # name cmd...
   local errs; errs=$(grep -E "ERROR SUMMARY" "$OUT/memcheck-$name.log" | tail -1)
   if [ $rc -eq 0 ]; then res+=("$name PASS $errs"); else res+=("$name FAIL rc=$rc $errs"); grep -E "Invalid|Error|at 0x|by thread" "$OUT/memcheck-$name.log" | head -12; fi
 }
-chk ops "$BUILD/tests/cuda_ops_test" --gtest_filter='CudaOps.*:*CudaAttention.*d64*:*CudaDeltaNet.*/0:CudaGraphs.*'
+chk ops "$BUILD/tests/cuda_ops_test" --gtest_filter='CudaOps.*:*CudaAttention.*d64*:*CudaDeltaNet.*/0:CudaGraphs.*:CudaFusion.QuantizeInsideAttentionMergeEqualsSeparate:CudaFusion.KvStoreInsideNormRopeEqualsKvStore'
 chk kernels "$BUILD/tests/cuda_kernels_test" --gtest_filter='*Q4_K*:*Q6_K*:*Q5_0*:CudaArgmax.*:CudaQuantize.*'
 # decode (tensor-core split kernels, f16 and q8_0 caches, its merge) and prompt attention: cp.async
 # tiles, zero-filled tails, poisoned caches
