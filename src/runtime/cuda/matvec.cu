@@ -504,23 +504,34 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
 
 // ConvAfter for channel c of C, whose new input is x: as conv1d_silu_kernel
 // (deltanet.cu) computes one token of one segment -- the same sum in the same
-// order without contraction, and the state shifted by one.
-__device__ __forceinline__ void conv_row(const ConvAfter& cv, int64_t c, int64_t C, float x) {
-    constexpr int KMAX = 6;
+// order without contraction, and the state shifted by one. conv_load reads the
+// channel's taps and state, conv_finish computes and writes, so an epilogue of
+// several rows issues every row's loads before its first store.
+constexpr int kConvMaxK = 6;
+struct ConvWindow {
+    float win[kConvMaxK - 1], w[kConvMaxK];
+};
+__device__ __forceinline__ void conv_load(const ConvAfter& cv, int64_t c, int64_t C, ConvWindow& cw) {
     const int K = cv.K;
-    float* st = cv.state + int64_t(cv.seg->slot) * (K - 1) * C + c;  // state row r at st[r * C]
-    float win[KMAX];
+    const float* st = cv.state + int64_t(cv.seg->slot) * (K - 1) * C + c;  // state row r at st[r * C]
 #pragma unroll
-    for (int r = 0; r < KMAX - 1; ++r)
-        if (r < K - 1) win[r] = st[int64_t(r) * C];
+    for (int r = 0; r < kConvMaxK - 1; ++r)
+        if (r < K - 1) cw.win[r] = st[int64_t(r) * C];
+#pragma unroll
+    for (int r = 0; r < kConvMaxK; ++r)
+        if (r < K) cw.w[r] = __ldg(cv.w + c * K + r);
+}
+__device__ __forceinline__ void conv_finish(const ConvAfter& cv, int64_t c, int64_t C, float x, const ConvWindow& cw) {
+    const int K = cv.K;
+    float* st = cv.state + int64_t(cv.seg->slot) * (K - 1) * C + c;
     float acc = 0.f;
 #pragma unroll
-    for (int r = 0; r < KMAX; ++r)
-        if (r < K) acc = __fadd_rn(acc, __fmul_rn(__ldg(cv.w + c * K + r), r == K - 1 ? x : win[r]));
+    for (int r = 0; r < kConvMaxK; ++r)
+        if (r < K) acc = __fadd_rn(acc, __fmul_rn(cw.w[r], r == K - 1 ? x : cw.win[r]));
     cv.out[c] = silu(acc);
 #pragma unroll
-    for (int r = 0; r < KMAX - 1; ++r)
-        if (r < K - 1) st[int64_t(r) * C] = r + 1 < K - 1 ? win[r + 1] : x;
+    for (int r = 0; r < kConvMaxK - 1; ++r)
+        if (r < K - 1) st[int64_t(r) * C] = r + 1 < K - 1 ? cw.win[r + 1] : x;
 }
 
 // acc = rows [row0, row0 + rows_for(type, R)) of a K-quant weight times the
@@ -536,19 +547,33 @@ __device__ __forceinline__ void rows_of_type(GgmlType type, const WArgs& w, int6
 }
 
 // The epilogue of rows [row0, row0 + rpw): warp sums, bias, residual, conv.
+// Lane 0 issues every row's loads (bias, residual, conv taps and state) before
+// its first store: the compiler may not move a load above a store that could
+// alias it, and one memory round trip per row sat at the end of every warp.
 template <int R>
 __device__ __forceinline__ void rows_store(const MvJobDev& j, int64_t row0, int rpw, float (&acc)[R], int lane) {
+    float v[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) v[r] = warp_sum(acc[r]);
+    if (lane != 0) return;
+    const int n = int(min(int64_t(rpw), j.N - row0));
+    float add[R], res[R];
+    ConvWindow cw[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-        if (r >= rpw || row0 + r >= j.N) break;
-        const float v = warp_sum(acc[r]);
-        if (lane == 0) {
-            const int64_t row = row0 + r;
-            const float o = v + (j.bias ? j.bias[row] : 0.f);
-            j.y[row] = o;
-            if (j.res) j.res_out[row] = j.res[row] + o;
-            if (j.conv.w) conv_row(j.conv, row, j.N, o);
-        }
+        if (r >= n) break;
+        add[r] = j.bias ? j.bias[row0 + r] : 0.f;
+        if (j.res) res[r] = j.res[row0 + r];
+        if (j.conv.w) conv_load(j.conv, row0 + r, j.N, cw[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (r >= n) break;
+        const int64_t row = row0 + r;
+        const float o = v[r] + add[r];
+        j.y[row] = o;
+        if (j.res) j.res_out[row] = res[r] + o;
+        if (j.conv.w) conv_finish(j.conv, row, j.N, o, cw[r]);
     }
 }
 
