@@ -539,6 +539,69 @@ uint64_t fused_producers(Backend& be) {
 #endif
 }
 
+// A KV cache per backend over n_slots sequences of n_ctx positions, every one
+// filled with the same random rows in the cache's type (earlier steps' rows).
+struct TrioCache {
+    Trio& tr;
+    Tensor K[3], V[3];
+    size_t bytes = 0;
+    TrioCache(Trio& t, GgmlType kt, int64_t d, int64_t Hk, int64_t n_ctx, int64_t n_slots, uint32_t seed) : tr(t) {
+        const int64_t rows = Hk * n_ctx * n_slots;
+        bytes = row_bytes(kt, d) * size_t(rows);
+        const std::vector<float> f = randn(size_t(d * rows), seed);
+        std::vector<uint8_t> q(bytes);
+        for (size_t r = 0; r < size_t(rows); ++r) quantize_row(kt, &f[r * size_t(d)], &q[r * row_bytes(kt, d)], d);
+        for (int i = 0; i < 3; ++i) {
+            K[i] = tr.be[i]->alloc(kt, {d, Hk, n_ctx, n_slots}, "cache k");
+            V[i] = tr.be[i]->alloc(kt, {d, Hk, n_ctx, n_slots}, "cache v");
+            tr.be[i]->write(K[i], q.data(), q.size());
+            tr.be[i]->write(V[i], q.data(), q.size());
+        }
+    }
+    ~TrioCache() {
+        for (int i = 0; i < 3; ++i) {
+            tr.be[i]->free(K[i]);
+            tr.be[i]->free(V[i]);
+        }
+    }
+    KvCache kv(int i) const { return KvCache{K[i], V[i]}; }
+};
+
+// A decode step of T tokens for every backend: token t is the next token of
+// sequence n_slots - 1 - t, at position p0 + 5 t (a segment of its own).
+struct TrioSteps {
+    Trio& tr;
+    StepInfo st[3];
+    TrioSteps(Trio& t, int64_t T) : tr(t) {
+        for (int i = 0; i < 3; ++i) {
+            st[i].n_tokens = int(T);
+            st[i].pos_t = tr.be[i]->alloc(GgmlType::I32, {T}, "pos");
+            st[i].slot_t = tr.be[i]->alloc(GgmlType::I32, {T}, "slot");
+            st[i].seg_t = tr.be[i]->alloc(GgmlType::I32, {4, T}, "seg");
+        }
+    }
+    void at(int32_t p0, int64_t n_slots) {
+        for (int i = 0; i < 3; ++i) {
+            StepInfo& s = st[i];
+            const int64_t T = s.n_tokens;
+            s.pos.clear();
+            s.slot.clear();
+            s.segments.clear();
+            std::vector<int32_t> seg;
+            for (int64_t t = 0; t < T; ++t) {
+                const int32_t p = p0 + int32_t(5 * t), sl = int32_t(n_slots - 1 - t);
+                s.pos.push_back(p);
+                s.slot.push_back(sl);
+                s.segments.push_back({int32_t(t), 1, sl, p});
+                seg.insert(seg.end(), {int32_t(t), 1, sl, p});
+            }
+            tr.be[i]->write(s.pos_t, s.pos.data(), size_t(T) * 4);
+            tr.be[i]->write(s.slot_t, s.slot.data(), size_t(T) * 4);
+            tr.be[i]->write(s.seg_t, seg.data(), seg.size() * 4);
+        }
+    }
+};
+
 // rms_norm -> quantized matmuls, swiglu -> matmul, sigmoid gate -> matmul, an
 // in-place norm -> matmul, a per-head gated norm -> matmul, norm pairs (one
 // independent, one not) and the q / k head norms with their rope, as a decode
@@ -668,33 +731,15 @@ TEST(CudaFusion, KvStoreInsideNormRopeEqualsKvStore) {
                 const int n_rot = d == 256 ? 64 : 128;
                 const std::string at0 = std::string(type_name(kt)) + " d=" + std::to_string(d) + " T=" +
                                         std::to_string(T);
-                Tensor K[3], V[3];
-                const size_t cache_bytes = row_bytes(kt, d) * size_t(Hk * n_ctx * n_slots);
-                {
-                    // earlier rows: random values in the cache's type
-                    const std::vector<float> f = randn(size_t(d * Hk * n_ctx * n_slots), ++seed);
-                    std::vector<uint8_t> bytes(cache_bytes);
-                    for (size_t r = 0; r < size_t(Hk * n_ctx * n_slots); ++r)
-                        quantize_row(kt, &f[r * size_t(d)], &bytes[r * row_bytes(kt, d)], d);
-                    for (int i = 0; i < 3; ++i) {
-                        K[i] = tr.be[i]->alloc(kt, {d, Hk, n_ctx, n_slots}, "cache k");
-                        V[i] = tr.be[i]->alloc(kt, {d, Hk, n_ctx, n_slots}, "cache v");
-                        tr.be[i]->write(K[i], bytes.data(), bytes.size());
-                        tr.be[i]->write(V[i], bytes.data(), bytes.size());
-                    }
-                }
+                const TrioCache cache(tr, kt, d, Hk, n_ctx, n_slots, ++seed);
+                const size_t cache_bytes = cache.bytes;
                 const Trio::T3 qw = tr.f32({d}, "q norm"), kw = tr.f32({d}, "k norm");
                 tr.put(qw, randn(size_t(d), ++seed));
                 tr.put(kw, randn(size_t(d), ++seed));
                 const Trio::T3 q = tr.f32({d * H, T}, "q"), k = tr.f32({d * Hk, T}, "k"), v = tr.f32({d * Hk, T}, "v");
                 const Trio::T3 att = tr.out({d * H, T}, "att");
-                StepInfo st[3];
-                for (int i = 0; i < 3; ++i) {
-                    st[i].n_tokens = int(T);
-                    st[i].pos_t = tr.be[i]->alloc(GgmlType::I32, {T}, "pos");
-                    st[i].slot_t = tr.be[i]->alloc(GgmlType::I32, {T}, "slot");
-                    st[i].seg_t = tr.be[i]->alloc(GgmlType::I32, {4, T}, "seg");
-                }
+                TrioSteps steps(tr, T);
+                StepInfo* st = steps.st;
                 uint64_t f1 = 0, f2 = 0;
                 // Step 0 sizes the attention's scratch (which may split its queue); then
                 // eager or recorded, recorded or replayed, replayed.
@@ -706,23 +751,7 @@ TEST(CudaFusion, KvStoreInsideNormRopeEqualsKvStore) {
                     tr.put(q, randn(size_t(d * H * T), ++seed, 2.f));
                     tr.put(k, randn(size_t(d * Hk * T), ++seed, 2.f));
                     tr.put(v, randn(size_t(d * Hk * T), ++seed, 2.f));
-                    for (int i = 0; i < 3; ++i) {
-                        StepInfo& s = st[i];
-                        s.pos.clear();
-                        s.slot.clear();
-                        s.segments.clear();
-                        std::vector<int32_t> seg;
-                        for (int64_t t = 0; t < T; ++t) {
-                            const int32_t p = int32_t(20 * step + 5 * t + 3), sl = int32_t(n_slots - 1 - t);
-                            s.pos.push_back(p);
-                            s.slot.push_back(sl);
-                            s.segments.push_back({int32_t(t), 1, sl, p});
-                            seg.insert(seg.end(), {int32_t(t), 1, sl, p});
-                        }
-                        tr.be[i]->write(s.pos_t, s.pos.data(), size_t(T) * 4);
-                        tr.be[i]->write(s.slot_t, s.slot.data(), size_t(T) * 4);
-                        tr.be[i]->write(s.seg_t, seg.data(), seg.size() * 4);
-                    }
+                    steps.at(int32_t(20 * step + 3), n_slots);
                     for (int i = 0; i < 3; ++i) {
                         Backend& be = *tr.be[i];
                         const Tensor q3 = reshape(q[i], {d, H, T}), k3 = reshape(k[i], {d, Hk, T});
@@ -731,11 +760,11 @@ TEST(CudaFusion, KvStoreInsideNormRopeEqualsKvStore) {
                         be.rms_norm(k3, kw[i], 1e-6f, k3);
                         be.rope_neox(q3, st[i], n_rot, 10000.f, 1.f);
                         be.rope_neox(k3, st[i], n_rot, 10000.f, 1.f);
-                        be.attention(q3, k3, v3, KvCache{K[i], V[i]}, st[i], 1.f / std::sqrt(float(d)), a3);
+                        be.attention(q3, k3, v3, cache.kv(i), st[i], 1.f / std::sqrt(float(d)), a3);
                     }
                     const std::string at = at0 + " step " + std::to_string(step);
                     for (const Trio::T3* t : {&q, &k, &att}) tr.expect_same_and_near_cpu(*t, "with the store fused", at);
-                    for (const Tensor* c : {K, V}) {
+                    for (const Tensor* c : {cache.K, cache.V}) {
                         std::vector<uint8_t> off(cache_bytes), on(cache_bytes);
                         tr.be[1]->read(c[1], off.data(), cache_bytes);
                         tr.be[2]->read(c[2], on.data(), cache_bytes);
@@ -745,10 +774,6 @@ TEST(CudaFusion, KvStoreInsideNormRopeEqualsKvStore) {
                 // each issued step: norm pair + ropes in one launch, and with the fusion the store there too
                 const uint64_t d1 = fused_producers(*tr.be[1]) - f1, d2 = fused_producers(*tr.be[2]) - f2;
                 EXPECT_TRUE(d1 > 0 && d2 == 2 * d1) << d1 << " / " << d2 << " fused, " << at0;
-                for (int i = 0; i < 3; ++i) {
-                    tr.be[i]->free(K[i]);
-                    tr.be[i]->free(V[i]);
-                }
             }
 }
 
@@ -781,31 +806,12 @@ TEST(CudaFusion, QuantizeInsideAttentionMergeEqualsSeparate) {
                 const std::string at0 = std::string(type_name(c.kt)) + " cache, " + type_name(c.wt) +
                                         " d=" + std::to_string(d) + " H=" + std::to_string(H) +
                                         (gated ? " gated" : "") + " T=" + std::to_string(T);
-                Tensor K[3], V[3];
-                const size_t cache_bytes = row_bytes(c.kt, d) * size_t(Hk * n_ctx * n_slots);
-                {
-                    const std::vector<float> f = randn(size_t(d * Hk * n_ctx * n_slots), ++seed);
-                    std::vector<uint8_t> bytes(cache_bytes);
-                    for (size_t r = 0; r < size_t(Hk * n_ctx * n_slots); ++r)
-                        quantize_row(c.kt, &f[r * size_t(d)], &bytes[r * row_bytes(c.kt, d)], d);
-                    for (int i = 0; i < 3; ++i) {
-                        K[i] = tr.be[i]->alloc(c.kt, {d, Hk, n_ctx, n_slots}, "cache k");
-                        V[i] = tr.be[i]->alloc(c.kt, {d, Hk, n_ctx, n_slots}, "cache v");
-                        tr.be[i]->write(K[i], bytes.data(), bytes.size());
-                        tr.be[i]->write(V[i], bytes.data(), bytes.size());
-                    }
-                }
+                const TrioCache cache(tr, c.kt, d, Hk, n_ctx, n_slots, ++seed);
                 const Trio::T3 wo = tr.weight(c.wt, dH, E, ++seed);
                 const Trio::T3 q = tr.f32({d * H, T}, "q"), k = tr.f32({d * Hk, T}, "k"), v = tr.f32({d * Hk, T}, "v");
                 const Trio::T3 qg = tr.f32({2 * dH, T}, "qg");
                 const Trio::T3 att = tr.out({dH, T}, "att"), o = tr.out({E, T}, "o");
-                StepInfo st[3];
-                for (int i = 0; i < 3; ++i) {
-                    st[i].n_tokens = int(T);
-                    st[i].pos_t = tr.be[i]->alloc(GgmlType::I32, {T}, "pos");
-                    st[i].slot_t = tr.be[i]->alloc(GgmlType::I32, {T}, "slot");
-                    st[i].seg_t = tr.be[i]->alloc(GgmlType::I32, {4, T}, "seg");
-                }
+                TrioSteps steps(tr, T);
                 uint64_t f1 = 0, f2 = 0;
                 // Step 0 sizes the attention's scratch; then eager or recorded,
                 // recorded or replayed, replayed: one split, then several.
@@ -819,30 +825,14 @@ TEST(CudaFusion, QuantizeInsideAttentionMergeEqualsSeparate) {
                     tr.put(k, randn(size_t(d * Hk * T), ++seed, 2.f));
                     tr.put(v, randn(size_t(d * Hk * T), ++seed, 2.f));
                     tr.put(qg, randn(size_t(2 * dH * T), ++seed, 2.f));
-                    for (int i = 0; i < 3; ++i) {
-                        StepInfo& s = st[i];
-                        s.pos.clear();
-                        s.slot.clear();
-                        s.segments.clear();
-                        std::vector<int32_t> seg;
-                        for (int64_t t = 0; t < T; ++t) {
-                            const int32_t p = first_pos[step] + int32_t(5 * t), sl = int32_t(n_slots - 1 - t);
-                            s.pos.push_back(p);
-                            s.slot.push_back(sl);
-                            s.segments.push_back({int32_t(t), 1, sl, p});
-                            seg.insert(seg.end(), {int32_t(t), 1, sl, p});
-                        }
-                        tr.be[i]->write(s.pos_t, s.pos.data(), size_t(T) * 4);
-                        tr.be[i]->write(s.slot_t, s.slot.data(), size_t(T) * 4);
-                        tr.be[i]->write(s.seg_t, seg.data(), seg.size() * 4);
-                    }
+                    steps.at(first_pos[step], n_slots);
                     for (int i = 0; i < 3; ++i) {
                         Backend& be = *tr.be[i];
                         const Tensor q3 = reshape(q[i], {d, H, T}), k3 = reshape(k[i], {d, Hk, T});
                         const Tensor v3 = reshape(v[i], {d, Hk, T}), a3 = reshape(att[i], {d, H, T});
                         const size_t row = size_t(2 * d) * 4, tok = size_t(2 * dH) * 4;
                         const Tensor gate = view(qg[i], {d, H, T}, {row, tok}, size_t(d) * 4);
-                        be.attention(q3, k3, v3, KvCache{K[i], V[i]}, st[i], 1.f / std::sqrt(float(d)), a3);
+                        be.attention(q3, k3, v3, cache.kv(i), steps.st[i], 1.f / std::sqrt(float(d)), a3);
                         if (gated) be.sigmoid_mul(a3, gate, a3);
                         be.matmul(wo[i], att[i], o[i], nullptr);
                     }
@@ -854,10 +844,6 @@ TEST(CudaFusion, QuantizeInsideAttentionMergeEqualsSeparate) {
                 const uint64_t d1 = fused_producers(*tr.be[1]) - f1, d2 = fused_producers(*tr.be[2]) - f2;
                 if (gated) EXPECT_TRUE(d1 > 0 && d2 == 2 * d1) << d1 << " / " << d2 << " fused, " << at0;
                 else EXPECT_TRUE(d1 == 0 && d2 > 0) << d1 << " / " << d2 << " fused, " << at0;
-                for (int i = 0; i < 3; ++i) {
-                    tr.be[i]->free(K[i]);
-                    tr.be[i]->free(V[i]);
-                }
             }
 }
 
