@@ -10,8 +10,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
+#include "common/error.h"
 #include "common/fp16.h"
 #include "gguf/gguf.h"
 #include "quant/blocks.h"
@@ -492,6 +495,46 @@ TEST(CudaQuantize, BitIdenticalToReferenceQuantizers) {
         cudaFree(buf);
     }
     cudaFree(dx);
+}
+
+// The rope's frequencies come from the host as the CPU backend computes them
+// (std::pow in double), so GPU and CPU angles are equal; rotary widths the
+// kernels cannot hold are refused with a message, before anything runs.
+TEST(CudaRope, FrequenciesAreTheCpuBackendsAndOddWidthsFail) {
+    for (int n_rot : {64, 128, 256}) {
+        const cuda::RopeFreqs f = cuda::rope_freqs(n_rot, 1e7f);
+        for (int i = 0; i < n_rot / 2; ++i)
+            ASSERT_EQ(f.inv[i], std::pow(double(1e7f), -2.0 * double(i) / double(n_rot))) << n_rot << " pair " << i;
+    }
+    for (int n_rot : {0, 3, 258}) {
+        try {
+            (void)cuda::rope_freqs(n_rot, 1e4f);
+            ADD_FAILURE() << "n_rot " << n_rot << " accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("n_rot"), std::string::npos) << e.what();
+        }
+    }
+}
+
+// A KV cache row the shared row writer cannot take (head dim not a multiple of
+// 32, a cache type it does not write) is refused before any launch.
+TEST(CudaKvStore, RefusesHeadDimsAndTypesItCannotWrite) {
+    cuda::KvView kv;
+    kv.n_kv = 2;
+    kv.n_ctx = 16;
+    kv.n_slots = 1;
+    const cuda::Rows rows;
+    for (auto [type, d, what] : {std::tuple{GgmlType::F16, int64_t(80), "multiple of 32"},
+                                 std::tuple{GgmlType::Q4_K, int64_t(128), "not supported"}}) {
+        kv.type = type;
+        kv.d = d;
+        try {
+            cuda::kv_store(rows, rows, kv, nullptr, nullptr, 1, nullptr);
+            ADD_FAILURE() << "d " << d << " accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+    }
 }
 #endif
 

@@ -131,20 +131,17 @@ void combine_quant(const AttnQuant& e, dim3 grid, const float* work, int ns, con
     else launch_combine_quant<D, false>(e, grid, work, ns, pos, out, n_head, s);
 }
 
-// out's T x K floats as Rows r reads them: element k of token t at out + t K + k.
-bool rows_are_out(const Rows& r, const float* out, int64_t K, int64_t T) {
-    return r.data == out && r.n > 0 && K % r.n == 0 && r.n1 * r.n2 == T * (K / r.n) && (r.n1 == 1 || r.s1 == r.n) &&
-           (r.n2 == 1 || r.s2 == r.n * r.n1);
-}
-
 }  // namespace
 
 bool attention_quantize_fits(const AttnQuant& e, const float* out, int64_t n_head, int64_t d, int64_t T) {
     const int64_t K = n_head * d;
     const ActDest& q = e.q;
-    if (!qk_of(q.kind) || q.K != K || q.T != T || q.K % (q.kind == ActKind::Q8_K ? 256 : 32) != 0) return false;
+    if (!qk_of(q.kind) || q.K != K || q.T != T || !whole_blocks(q)) return false;
     if (!e.gated) return q.x == out && (T == 1 || q.ldx == K);
-    return rows_are_out(e.a, out, K, T) && gate_quantize_fits(e.a, e.b, e.y, q);
+    // a (the gate's input) must read out's rows as the kernel does: element k of token t at out + t K + k
+    const ActDest out_rows{q.kind, out, K, K, T, nullptr};
+    return e.a.n > 0 && K % e.a.n == 0 && rows_are_act_input(e.a, out_rows, K / e.a.n) &&
+           gate_quantize_fits(e.a, e.b, e.y, q);
 }
 
 void kv_store(Rows k, Rows v, const KvView& kv, const int32_t* pos, const int32_t* slot, int64_t T, cudaStream_t s) {

@@ -198,6 +198,12 @@ void norm_rope(const NormJob& a, const NormJob* b, const RopeJob& ra, const Rope
 // swiglu / sigmoid_mul and then quantize_act(q) of their output, likewise.
 enum class Gate { Swiglu, SigmoidMul };
 bool gate_quantize_fits(Rows a, Rows b, Rows y, const ActDest& q);
+// Whether op rows r (n elements each) are exactly the quantization input of
+// `q`: K = m * n, and row t*m + j starts at q.x + t*ldx + j*n.
+bool rows_are_act_input(const Rows& r, const ActDest& q, int64_t m);
+// Rows of whole 8-bit blocks (as every matrix product's input is): a warp never
+// stores past its token row.
+bool whole_blocks(const ActDest& q);
 void gate_quantize(Gate op, Rows a, Rows b, Rows y, const ActDest& q, cudaStream_t s);
 
 // ---- a whole decode FFN block in one launch

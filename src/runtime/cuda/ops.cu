@@ -481,9 +481,6 @@ void copy_rows(Rows src, Rows dst, cudaStream_t s) {
     launch_ew<Ew::Copy>(src, src, dst, s, "copy");
 }
 
-namespace {
-// Whether op rows r (n elements each) are exactly the quantization input of
-// `q`: K = m * n, and row t*m + j starts at q.x + t*ldx + j*n.
 bool rows_are_act_input(const Rows& r, const ActDest& q, int64_t m) {
     const int64_t rows = q.T * m;
     if (r.n <= 0 || r.n * m != q.K || r.n1 * r.n2 != rows || r.data != q.x) return false;
@@ -498,11 +495,7 @@ bool rows_are_act_input(const Rows& r, const ActDest& q, int64_t m) {
     return true;
 }
 
-// Rows of whole 8-bit blocks (as every matrix product's input is): a warp never
-// stores past its token row.
 bool whole_blocks(const ActDest& q) { return q.K % (q.kind == ActKind::Q8_K ? 256 : 32) == 0; }
-
-}  // namespace
 
 namespace {
 bool same_rows(const Rows& a, const Rows& b) { return a.n == b.n && a.n1 * a.n2 == b.n1 * b.n2; }
