@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(W * WARP)
     // QK: the gated norm's weight and gate for the 8 values a lane of the lead
     // warp normalizes at the end, loaded while the recurrence runs (the weight
     // before the wait: no kernel writes it), not after the cluster barrier
-    float nw[8], nz[8];
+    [[maybe_unused]] float nw[8], nz[8];
     [[maybe_unused]] bool norm_warp = false;
     [[maybe_unused]] const int hp = lane / 16, nk0 = 8 * (lane % 16);  // head of the pair, first element
     [[maybe_unused]] const int64_t nr = int64_t(sg.first) * p.Hv + (j & ~1) + hp;  // its gate / output row
