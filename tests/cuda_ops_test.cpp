@@ -487,6 +487,10 @@ struct Trio {
     void put(const T3& t, const std::vector<float>& v) {
         for (int i = 0; i < 3; ++i) be[i]->write(t[i], v.data(), v.size() * 4);
     }
+    // New random attention inputs for a step (each seeded from ++seed).
+    void put_qkv(const T3& q, const T3& k, const T3& v, uint32_t& seed) {
+        for (const T3* t : {&q, &k, &v}) put(*t, randn(size_t((*t)[0].nbytes() / 4), ++seed, 2.f));
+    }
     T3 out(std::initializer_list<int64_t> ne, const char* name) {  // GPU copies poisoned (NaN)
         T3 t = f32(ne, name);
         std::vector<uint8_t> poison(t[0].nbytes(), 0xFF);
@@ -748,9 +752,7 @@ TEST(CudaFusion, KvStoreInsideNormRopeEqualsKvStore) {
                         f1 = fused_producers(*tr.be[1]);
                         f2 = fused_producers(*tr.be[2]);
                     }
-                    tr.put(q, randn(size_t(d * H * T), ++seed, 2.f));
-                    tr.put(k, randn(size_t(d * Hk * T), ++seed, 2.f));
-                    tr.put(v, randn(size_t(d * Hk * T), ++seed, 2.f));
+                    tr.put_qkv(q, k, v, seed);
                     steps.at(int32_t(20 * step + 3), n_slots);
                     for (int i = 0; i < 3; ++i) {
                         Backend& be = *tr.be[i];
@@ -821,9 +823,7 @@ TEST(CudaFusion, QuantizeInsideAttentionMergeEqualsSeparate) {
                         f1 = fused_producers(*tr.be[1]);
                         f2 = fused_producers(*tr.be[2]);
                     }
-                    tr.put(q, randn(size_t(d * H * T), ++seed, 2.f));
-                    tr.put(k, randn(size_t(d * Hk * T), ++seed, 2.f));
-                    tr.put(v, randn(size_t(d * Hk * T), ++seed, 2.f));
+                    tr.put_qkv(q, k, v, seed);
                     tr.put(qg, randn(size_t(2 * dH * T), ++seed, 2.f));
                     steps.at(first_pos[step], n_slots);
                     for (int i = 0; i < 3; ++i) {
