@@ -201,18 +201,22 @@ struct VariantGuard {
     ~VariantGuard() {
         cuda::set_matvec_variant(0);
         cuda::set_matvec_rows(0);
+        cuda::set_matvec_steps(0);
     }
 };
 
 // The one-token kernels compared bit for bit: 1 and 2 (one row per warp), 3
-// (v3, rows per warp chosen per launch), and v3 with 1 (id 4), 2 (5), 4 (6)
-// and 8 (7) rows per warp.
-constexpr int kKernelIds[] = {3, 4, 5, 6, 7, 2, 1};
-constexpr int kKernels = 8;  // array size for outputs indexed by id
-const char* const kKernelNames[kKernels] = {"", "v1", "v2", "v3", "v3 R=1", "v3 R=2", "v3 R=4", "v3 R=8"};
+// (v3, rows per warp chosen per launch), v3 with 1 (id 4), 2 (5), 4 (6) and 8
+// (7) rows per warp, and one row per warp with four steps of loads in flight
+// (8; its activations loaded step by step).
+constexpr int kKernelIds[] = {3, 4, 5, 6, 7, 8, 2, 1};
+constexpr int kKernels = 9;  // array size for outputs indexed by id
+const char* const kKernelNames[kKernels] = {"", "v1", "v2", "v3", "v3 R=1", "v3 R=2", "v3 R=4", "v3 R=8",
+                                            "v3 R=1 S=4"};
 void select_kernel(int id) {
     cuda::set_matvec_variant(id >= 3 ? 3 : id);
-    cuda::set_matvec_rows(id >= 4 ? 1 << (id - 4) : 0);
+    cuda::set_matvec_rows(id == 8 ? 1 : id >= 4 ? 1 << (id - 4) : 0);
+    cuda::set_matvec_steps(id == 8 ? 4 : 0);
 }
 
 // A row with its quant bits zeroed: what is left is the per-block offset
@@ -353,7 +357,7 @@ TEST_P(CudaMatvecTypes, NewKernelEqualsOldBitsAndCpu) {
                 }
                 out[v].resize(size_t(N));
             }
-            for (int v : {4, 5, 6, 7, 2})
+            for (int v : {4, 5, 6, 7, 8, 2})
                 ASSERT_TRUE(same_bits(out[3], out[v]))
                     << "v3 != " << kKernelNames[v] << " at row " << first_diff(out[3], out[v]);
             ASSERT_TRUE(same_bits(out[2], out[1])) << "v2 != v1 at row " << first_diff(out[2], out[1]);
@@ -430,7 +434,7 @@ void run_batch(int64_t K, const std::vector<JobSpec>& specs, uint64_t seed) {
     for (int i = 0; i < n; ++i) {
         const JobSpec& s = specs[size_t(i)];
         SCOPED_TRACE(testing::Message() << "job " << i << " " << type_name(s.type) << " N=" << s.N);
-        for (int v : {4, 5, 6, 7, 2, 1}) {
+        for (int v : {4, 5, 6, 7, 8, 2, 1}) {
             EXPECT_TRUE(same_bits(y[3][size_t(i)], y[v][size_t(i)]))
                 << "y: v3 != " << kKernelNames[v] << " at row " << first_diff(y[3][size_t(i)], y[v][size_t(i)]);
             if (s.residual) {
@@ -699,7 +703,7 @@ TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
         std::vector<std::unique_ptr<DevBuf>> ys;
         for (const auto& job : c.jobs) ys.push_back(std::make_unique<DevBuf>(size_t(job.second) * 4));
         double us[kKernels] = {};
-        for (int v : {3, 4, 5, 6, 2}) {
+        for (int v : {3, 4, 5, 6, 8, 2}) {
             select_kernel(v);
             us[v] = time_calls(copies, [&](int copy) {
                 if (nj == 1) {
@@ -717,9 +721,11 @@ TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
             CU(cudaGetLastError());
         }
         std::printf("[ timing ] %-42s %6.1f MB: v3 %7.2f us %5.0f GB/s | R=1 %7.2f us %5.0f | R=2 %7.2f us %5.0f | "
-                    "R=4 %7.2f us %5.0f | v2 %7.2f us %5.0f (%d weight copies, 200 back-to-back launches)\n",
+                    "R=4 %7.2f us %5.0f | R=1 S=4 %7.2f us %5.0f | v2 %7.2f us %5.0f (%d weight copies, 200 "
+                    "back-to-back launches)\n",
                     c.name, bytes / 1e6, us[3], bytes / us[3] / 1e3, us[4], bytes / us[4] / 1e3, us[5],
-                    bytes / us[5] / 1e3, us[6], bytes / us[6] / 1e3, us[2], bytes / us[2] / 1e3, copies);
+                    bytes / us[5] / 1e3, us[6], bytes / us[6] / 1e3, us[8], bytes / us[8] / 1e3, us[2],
+                    bytes / us[2] / 1e3, copies);
         std::fflush(stdout);
     }
 }

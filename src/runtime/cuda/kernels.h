@@ -102,6 +102,11 @@ void set_matvec_variant(int v);
 // from its rows; 1, 2, 4 or 8 from QINFER_CUDA_MV_ROWS or set_matvec_rows(r)
 // fixes it (0: back to the environment's / the automatic choice).
 void set_matvec_rows(int r);
+// Steps of weight loads a lane of a one-row-per-warp v3 product keeps in flight
+// (the first S issued before the kernel waits for its inputs): 1, 2 or 4 from
+// QINFER_CUDA_MV_STEPS or set_matvec_steps(s) (0: the environment's, by default
+// 4). Results are the same bits whatever S.
+void set_matvec_steps(int s);
 
 // Same product for many tokens on the tensor cores (int8 mma for quantized
 // weights, from the same quantized activations). Falls back to matmul_vec for

@@ -418,11 +418,12 @@ int64_t rows_warps(const MatvecJob* jobs, int n_jobs, int R) {
     return w;
 }
 
-// Rows of this many elements or more run one per warp with two steps in
-// flight (rows_lane's S): an H200's Q6_K ffn_down (9216 x 2560) took 11.1 us
-// at two rows per warp (1,280 warps, two units in flight per lane), 7.6 us at
-// one row per warp and two steps (2,560 warps, the same per lane); shorter
-// rows lost with two steps (K = 4096: 5.0 vs 4.5 us at one row per warp).
+// Rows of this many elements or more run one per warp with several steps in
+// flight (rows_lane's S, steps_in_flight): an H200's Q6_K ffn_down (9216 x
+// 2560) took 11.1 us at two rows per warp (1,280 warps, two units in flight per
+// lane), 7.6 us at one row per warp and two steps (2,560 warps, the same per
+// lane). Back to back, shorter rows lost with two steps (K = 4096: 5.0 vs 4.5
+// us); in the model, four won (steps_in_flight).
 constexpr int64_t kLongRow = 8192;
 
 // Two kinds of launch where the rule below lost (H100, 2026-12-07,
@@ -460,7 +461,9 @@ bool rows_kernel_supports(GgmlType t) {
 // units; rows past N repeat row N - 1 (loaded, never written). S steps' loads
 // (units u, u + 32, ...) are issued together and their dot products added in
 // unit order, so the sums are those of S = 1 bit for bit: a warp of one long
-// row keeps S times the bytes in flight.
+// row keeps S times the bytes in flight. Above two steps (kPreWaitSteps) the
+// activations of a step are loaded just before its dot products rather than
+// all S at once: their registers would not fit beside the weights.
 template <GgmlType TY, int RR, int R, int S = 1, class MA = FromGlobal>
 __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t N, const ActQ& A, int lane,
                                           float (&acc)[R]) {
@@ -469,8 +472,9 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
     int64_t blk0[RR];
 #pragma unroll
     for (int r = 0; r < RR; ++r) blk0[r] = (row0 + r < N ? row0 + r : N - 1) * w.bpr;
+    constexpr bool kLazyAct = S > 2;  // activations loaded step by step
     typename U::W cw[S][RR];
-    typename U::A ca[S];
+    typename U::A ca[kLazyAct ? 1 : S];
     int u = lane;
 #pragma unroll
     for (int s = 0; s < S; ++s)
@@ -480,22 +484,26 @@ __device__ __forceinline__ void rows_lane(const WArgs& w, int64_t row0, int64_t 
         }
     pdl_wait_inputs();  // weights only so far; the activations are the previous kernel's output
     if (u >= units) return;
+    if constexpr (!kLazyAct) {
 #pragma unroll
-    for (int s = 0; s < S; ++s)
-        if (u + WARP * s < units) ca[s] = U::template load_a<MA>(A, u + WARP * s);
+        for (int s = 0; s < S; ++s)
+            if (u + WARP * s < units) ca[s] = U::template load_a<MA>(A, u + WARP * s);
+    }
     for (;;) {
 #pragma unroll
         for (int s = 0; s < S; ++s) {
             if (u + WARP * s >= units) return;
+            if constexpr (kLazyAct) ca[0] = U::template load_a<MA>(A, u + WARP * s);
+            const typename U::A& a = ca[kLazyAct ? 0 : s];
 #pragma unroll
-            for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[s][r], ca[s], u + WARP * s);
+            for (int r = 0; r < RR; ++r) acc[r] += U::dot(cw[s][r], a, u + WARP * s);
         }
         u += WARP * S;
         if (u >= units) return;
 #pragma unroll
         for (int s = 0; s < S; ++s)
             if (u + WARP * s < units) {
-                ca[s] = U::template load_a<MA>(A, u + WARP * s);
+                if constexpr (!kLazyAct) ca[s] = U::template load_a<MA>(A, u + WARP * s);
 #pragma unroll
                 for (int r = 0; r < RR; ++r) cw[s][r] = U::load_w(w, blk0[r], u + WARP * s);
             }
@@ -616,13 +624,22 @@ void rows_start(const MvBatch& b, int blocks, bool mixed, cudaStream_t s, const 
     }
 }
 
-// Steps in flight per lane (S > 1 only at one row per warp): two for long rows
-// (kLongRow). QINFER_CUDA_MV_STEPS=1 keeps one step everywhere, =2 gives every
-// one-row-per-warp product two (A/B runs).
-int steps_in_flight(int64_t K, int R) {
-    static const int forced = env_int_of("QINFER_CUDA_MV_STEPS", {1, 2}, 0);
-    if (forced == 1) return 1;
-    return R == 1 && (forced == 2 || K >= kLongRow) ? 2 : 1;
+// Steps in flight per lane (S > 1 only at one row per warp): four
+// (kPreWaitSteps), so that a K = 4096 Q4_K row (ssm_out, attn_output) is
+// issued whole before the wait, while the kernel before it runs, and ffn_down
+// 128 of its 144 units. Measured in the model (H100, 2026-12-07, bench/results):
+// Qwen3.5-4B tg128 +1.6% over the earlier rule (two steps for rows of kLongRow
+// elements or more, else one), Qwen3-4B the same; its ssm_out follows the delta rule,
+// the longest window before a wait. QINFER_CUDA_MV_STEPS=1 / 2 / 4 fixes it
+// (A/B runs); set_matvec_steps(s) overrides the environment (tests).
+constexpr int kPreWaitSteps = 4;
+std::atomic<int> g_steps_override{0};
+int steps_in_flight(int R) {
+    static const int from_env = env_int_of("QINFER_CUDA_MV_STEPS", {1, 2, kPreWaitSteps}, 0);
+    const int o = g_steps_override.load(std::memory_order_relaxed);
+    const int forced = o ? o : from_env;
+    if (R != 1) return 1;
+    return forced ? forced : kPreWaitSteps;
 }
 
 // Jobs of K-quant types only (rows_kernel_supports).
@@ -643,7 +660,9 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
     if (blocks >= (int64_t(1) << 31)) fail(strfmt("CUDA matvec: %lld blocks", (long long)blocks));
     if (blocks == 0) return;
     if (R == 1) {
-        if (steps_in_flight(jobs[0].w.K, R) == 2) rows_start<1, 2>(b, int(blocks), mixed, s, act);
+        const int S = steps_in_flight(R);
+        if (S == kPreWaitSteps) rows_start<1, kPreWaitSteps>(b, int(blocks), mixed, s, act);
+        else if (S == 2) rows_start<1, 2>(b, int(blocks), mixed, s, act);
         else rows_start<1>(b, int(blocks), mixed, s, act);
     } else if (R == 2) rows_start<2>(b, int(blocks), mixed, s, act);
     else if (R == 8) rows_start<8>(b, int(blocks), mixed, s, act);
@@ -654,6 +673,10 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
 
 void set_matvec_rows(int r) {
     g_rows_override.store(r == 1 || r == 2 || r == 4 || r == 8 ? r : 0, std::memory_order_relaxed);
+}
+
+void set_matvec_steps(int s) {
+    g_steps_override.store(s == 1 || s == 2 || s == kPreWaitSteps ? s : 0, std::memory_order_relaxed);
 }
 
 // ---- the decode FFN block in one launch (FfnJob in kernels.h)
