@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(W * WARP)
     const float dtb = p.dt_bias[j], A = p.ssm_a[j];  // weights: before the wait
     if (p.state_early) pdl_wait_inputs();  // q, k, v, a and b come from the kernels before this one
     if (QK != 0 && norm_warp) {
-        const float* zr = nd.z.data + (nr % nd.z.n1) * nd.z.s1 + (nr / nd.z.n1) * nd.z.s2;
+        const float* zr = row_ptr(nd.z, nr);
 #pragma unroll
         for (int i = 0; i < 8; ++i) nz[i] = zr[nk0 + i];
     }
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(W * WARP)
         if (norm_warp) {
             const int k0 = nk0;
             const int64_t r = nr, rp = r - hp;
-            float* yr = nd.y.data + (r % nd.y.n1) * nd.y.s1 + (r / nd.y.n1) * nd.y.s2;
+            float* yr = row_ptr(nd.y, r);
             float v[8], ss = 0.f;
 #pragma unroll
             for (int i = 0; i < 8; ++i) {

@@ -176,10 +176,6 @@ void norm_quantize(const NormJob& j, const ActDest& q, cudaStream_t s);
 // writes, nor writes what a reads.
 bool norm_pair_fits(const NormJob& a, const NormJob& b);
 void norm_pair(const NormJob& a, const NormJob& b, cudaStream_t s);
-// An rms_norm (or an independent pair) and then rope_neox on its output rows,
-// in one launch; the same values as the ops one by one. Applies when the rope's
-// rows are the norm's output rows (at most 64 tokens of heads up to 2048 floats)
-// and n_rot is a multiple of 16, at most 256.
 // The rotation frequencies base^(-2i / n_rot) of rope_neox's pairs, computed
 // on the host exactly as the CPU backend computes them (std::pow in double) and
 // passed to the kernels by value, so a step's angles cost one multiply each.
@@ -188,6 +184,10 @@ struct RopeFreqs {
     double inv[kMaxRopePairs];
 };
 RopeFreqs rope_freqs(int n_rot, float base);
+// An rms_norm (or an independent pair) and then rope_neox on its output rows,
+// in one launch; the same values as the ops one by one. Applies when the rope's
+// rows are the norm's output rows (at most 64 tokens of heads up to 2048 floats)
+// and n_rot is a multiple of 16, at most 256.
 struct RopeJob {  // rope_neox's arguments
     Rows x;
     const int32_t* pos = nullptr;
