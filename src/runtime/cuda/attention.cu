@@ -95,16 +95,7 @@ __global__ void __launch_bounds__(4 * ATTN_THREADS)
     if (k < K) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] = nu > 1 ? vals[8 * lane + i] : orow[k + i];
-        if constexpr (GATED) {
-            const int64_t row = int64_t(t) * (K / b.n) + k / b.n, col = k % b.n;
-            const float* br = row_ptr(b, row) + col;
-            float* yr = row_ptr(y, row) + col;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                v[i] = v[i] * sigmoid(br[i]);
-                yr[i] = v[i];
-            }
-        }
+        if constexpr (GATED) gate8(v, b, y, int64_t(t) * (K / b.n) + k / b.n, k % b.n, SigmoidGate{});
     }
     quantize_span<QK>(v, lane, q, t, K, k0, true);
 }

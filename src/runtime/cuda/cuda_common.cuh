@@ -94,6 +94,30 @@ __device__ __forceinline__ float rms_scale(float sum_sq, int64_t n, float eps) {
 }
 __device__ __forceinline__ float rms_gated(float x, float scale, float w, float z) { return (x * scale) * w * silu(z); }
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+// Gates of a lane's 8 values: y = f(v, b) from column col of op row `row`, v
+// holding the first operand's values; written to y and kept in v. Shared by
+// gate_quant_kernel and the attention merge's quantization (qwen35's output
+// gate), so both round alike. Every load comes before the first store, which
+// may alias them (swiglu runs in place).
+struct SwigluGate {
+    __device__ float operator()(float a, float b) const { return silu(a) * b; }
+};
+struct SigmoidGate {
+    __device__ float operator()(float a, float b) const { return a * sigmoid(b); }
+};
+template <class F>
+__device__ __forceinline__ void gate8(float (&v)[8], const Rows& b, const Rows& y, int64_t row, int64_t col, F f) {
+    const float* br = row_ptr(b, row) + col;
+    float bv[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) bv[i] = br[i];
+    float* yr = row_ptr(y, row) + col;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        v[i] = f(v[i], bv[i]);
+        yr[i] = v[i];
+    }
+}
 __device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
 // 16-byte read-only load (the address must be 16-byte aligned).

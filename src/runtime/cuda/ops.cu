@@ -116,7 +116,6 @@ struct RegNormArgs {
     const int32_t* pos;
     int n_rot;
     double freq_scale;
-    RopeFreqs freqs;
     // STORE: set 1's rows (k heads, after the rope) and rows_v rows of v (the
     // grid's rows after both sets) go into the cache, as kv_store writes them.
     Rows v;
@@ -127,6 +126,11 @@ struct RegNormArgs {
     int64_t n_kv, n_ctx;
     const int32_t* slot;
 };
+// The rope's frequencies (1 KB) travel only with the launches that rotate.
+struct RegNormRopeArgs : RegNormArgs {
+    RopeFreqs freqs;
+};
+template <bool ROPE> using RegNormArgsFor = std::conditional_t<ROPE, RegNormRopeArgs, RegNormArgs>;
 
 // One rotated pair as rope_neox computes it (also there): no contraction into
 // FMAs, so the fused and the plain rope round alike.
@@ -151,7 +155,7 @@ __device__ __forceinline__ void rope_cs(int32_t pos, int i, const RopeFreqs& f, 
 // QK: 0 = no quantization, 1 = Q8_0, 2 = Q8_1, 3 = Q8_K.
 // (Blocks are at most 256 threads with ROPE: its double angles need registers.)
 template <NormKind KIND, bool VEC, int QK, bool ROPE = false, bool STORE = false>
-__global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNormArgs a) {
+__global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNormArgsFor<ROPE> a) {
     pdl_trigger_at_top();
     __shared__ float red[32];
     const int tpr = a.tpr;
@@ -175,7 +179,7 @@ __global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNo
     if (KIND != NormKind::L2) load8<VEC>(w, k0, n, wv);
     float cj[4], sj[4];  // ROPE: cos / sin of pairs li + L j, held by the row's first L lanes
     const int L = tpr < WARP ? tpr : WARP, li = tid % L;
-    if (ROPE) {
+    if constexpr (ROPE) {
         const int half = a.n_rot / 2;
         const int32_t pos = live ? a.pos[r / y.n1] : 0;
 #pragma unroll
@@ -269,7 +273,7 @@ bool job_vec_ok(const NormJob& j) {
 template <NormKind KIND, int QK, bool ROPE = false>
 void launch_reg_norm(const NormJob& j0, const NormJob* j1, int64_t m, const ActOutPtrs& q, cudaStream_t s,
                      const RopeJob* rope = nullptr, const KvStoreJob* store = nullptr) {
-    RegNormArgs a{};
+    RegNormArgsFor<ROPE> a{};
     a.x0 = j0.x;
     a.z0 = j0.op == NormOp::RmsGated ? j0.z : j0.x;
     a.y0 = j0.y;
@@ -285,7 +289,7 @@ void launch_reg_norm(const NormJob& j0, const NormJob* j1, int64_t m, const ActO
     a.tpr = reg_row_threads(j0.x.n);
     a.m = m;
     a.q = q;
-    if (rope) {
+    if constexpr (ROPE) {
         a.pos = rope->pos;
         a.n_rot = rope->n_rot;
         a.freqs = rope_freqs(rope->n_rot, rope->base);
@@ -405,16 +409,10 @@ __global__ void gate_quant_kernel(Rows a, Rows b, Rows y, int64_t K, int64_t T, 
     if (k < K) {
         const int64_t row = t * (K / a.n) + k / a.n, col = k % a.n;
         const float* ar = row_ptr(a, row) + col;
-        const float* br = row_ptr(b, row) + col;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const float av = ar[i];
-            if (OP == Ew::Swiglu) v[i] = silu(av) * br[i];
-            else v[i] = av * sigmoid(br[i]);
-        }
-        float* yr = row_ptr(y, row) + col;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) yr[i] = v[i];
+        for (int i = 0; i < 8; ++i) v[i] = ar[i];
+        if constexpr (OP == Ew::Swiglu) gate8(v, b, y, row, col, SwigluGate{});
+        else gate8(v, b, y, row, col, SigmoidGate{});
     }
     quantize_span<QK>(v, lane, q, t, K, k0, true);
 }
