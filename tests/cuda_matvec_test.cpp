@@ -610,7 +610,9 @@ TEST(CudaMatvecConvAfter, EqualsSeparateConv) {
     EXPECT_FALSE(cuda::conv_after_fits(&j, 1, 1)) << "v2 has no conv epilogue";
 }
 
-// The LM head shape (Qwen3.5-4B): Q6_K, 2560 x 248320, 521 MB.
+// The LM head shape (Qwen3.5-4B): Q6_K, 2560 x 248320, 521 MB. The default
+// (3) times one and four rows per warp at its first call and keeps the faster:
+// both, forced, give the same bits as the one-row kernel.
 TEST(CudaMatvecLarge, Q6KHeadEqualsOldKernel) {
     REQUIRE_GPU();
     VariantGuard guard;
@@ -620,15 +622,16 @@ TEST(CudaMatvecLarge, Q6KHeadEqualsOldKernel) {
     const std::vector<float> x = random_x(K, 98);
     const GpuAct act = make_act(GgmlType::Q6_K, x);
     DevBuf y(size_t(N) * 4);
-    std::vector<float> out[4];
-    for (int v : {3, 2}) {
-        cuda::set_matvec_variant(v);
+    std::vector<float> out[kKernels];
+    for (int v : {3, 2, 6, 8}) {  // tuned, v2, R = 4, R = 1 with four steps
+        select_kernel(v);
         poison(y);
         cuda::matmul_vec(w.dw(), act.a, 1, y.f(), N, nullptr, nullptr);
         CU(cudaDeviceSynchronize());
         out[v] = get(y, size_t(N));
     }
-    ASSERT_TRUE(same_bits(out[3], out[2])) << "v3 != v2 at row " << first_diff(out[3], out[2]);
+    for (int v : {3, 6, 8})
+        ASSERT_TRUE(same_bits(out[v], out[2])) << "kernel " << v << " != v2 at row " << first_diff(out[v], out[2]);
     expect_near_cpu(out[3], w, x, nullptr, 0, 3000, "head");
     expect_near_cpu(out[3], w, x, nullptr, N / 2 - 1500, 3000, "head");
     expect_near_cpu(out[3], w, x, nullptr, N - 3000, 3000, "head");

@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -426,25 +429,29 @@ int64_t rows_warps(const MatvecJob* jobs, int n_jobs, int R) {
 // us); in the model, four won (steps_in_flight).
 constexpr int64_t kLongRow = 8192;
 
-// Two kinds of launch where the rule below lost (H100, 2026-12-07,
-// bench/results): products of 128 MB or more (the LM head: 197.7 us at the
-// rule's 2 rows per warp of Q6_K, 173.6 at one) run one row per warp
-// (QINFER_CUDA_MV_ROWS_LARGE, tg128 +1.0%), launches of 3+ jobs (attention
-// q / k / v; the DeltaNet inputs, where the rule also gives 2) two
-// (QINFER_CUDA_MV_ROWS_MULTI, Qwen3-4B +0.9%). Either set to 0: the rule alone.
+// Two kinds of launch where the rule below lost (bench/results, 2026-12-07):
+// launches of 3+ jobs (attention q / k / v; the DeltaNet inputs, where the rule
+// also gives 2) take two rows per warp (QINFER_CUDA_MV_ROWS_MULTI, Qwen3-4B
+// +0.9% on an H100); products of 128 MB or more (the LM head) take what timing
+// them on the device chose (large_rows), or QINFER_CUDA_MV_ROWS_LARGE. Either
+// set to 0: the rule alone.
 constexpr double kLargeProduct = 128e6;
+constexpr int kTuneRows = -1;
 double weight_bytes(const MatvecJob* jobs, int n_jobs) {
     double b = 0;
     for (int i = 0; i < n_jobs; ++i) b += double(jobs[i].w.N) * double(row_bytes(jobs[i].w.type, jobs[i].w.K));
     return b;
 }
 
-int choose_rows(const MatvecJob* jobs, int n_jobs) {
+int large_rows(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s);
+
+int choose_rows(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s) {
     if (const int f = forced_rows()) return f;
     if (jobs[0].w.K >= kLongRow) return 1;
-    static const int large = env_int_of("QINFER_CUDA_MV_ROWS_LARGE", {0, 1, 2, 4}, 1);
+    static const int large = env_int_of("QINFER_CUDA_MV_ROWS_LARGE", {0, 1, 2, 4}, kTuneRows);
     static const int multi = env_int_of("QINFER_CUDA_MV_ROWS_MULTI", {0, 1, 2, 4}, 2);
-    if (large && weight_bytes(jobs, n_jobs) >= kLargeProduct) return large;
+    if (large && weight_bytes(jobs, n_jobs) >= kLargeProduct)
+        return large == kTuneRows ? large_rows(jobs, n_jobs, act, s) : large;
     if (multi && n_jobs >= 3) return multi;
     const double K = double(jobs[0].w.K);
     const double target = 32.0 * sm_count() * std::min(1.0, 2560.0 / K);
@@ -642,9 +649,71 @@ int steps_in_flight(int R) {
     return forced ? forced : kPreWaitSteps;
 }
 
+void rows_launch_with(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s, int R);
+
 // Jobs of K-quant types only (rows_kernel_supports).
 void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s) {
-    const int R = choose_rows(jobs, n_jobs);
+    rows_launch_with(jobs, n_jobs, act, s, choose_rows(jobs, n_jobs, act, s));
+}
+
+// Rows per warp for a product of kLargeProduct bytes or more: one (four steps
+// of loads in flight per lane) or four, whichever streams the weight faster on
+// this device. They differ by GPU: the Q6_K LM head of Qwen3.5-4B (521 MB) took
+// 173.6 us at one and ~200 at four on an H100, 174.8 and 155.9 on an H200
+// (bench/results, 2026-12-07). The first product of a shape on a device times
+// both (a launch of each to warm up, then three of each, alternating; the
+// fastest launch counts) and the choice stays for the process. Both give the
+// same bits, so only the speed depends on it. Not timed -- one row per warp --
+// inside graph capture, under QINFER_CUDA_PROFILE (its stream is held), or when
+// a second run would change state: a residual written in place, a conv state.
+int large_rows(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s) {
+    constexpr int kFallback = 1;
+    static const bool profiling = [] {
+        const char* v = std::getenv("QINFER_CUDA_PROFILE");
+        return v && std::strcmp(v, "1") == 0;
+    }();
+    if (profiling) return kFallback;
+    for (int i = 0; i < n_jobs; ++i)
+        if (jobs[i].res || jobs[i].conv.w) return kFallback;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+        cudaGetLastError();
+        return kFallback;
+    }
+    int dev = 0;
+    QINFER_CUDA_CHECK(cudaGetDevice(&dev));
+    using Key = std::tuple<int, int, int64_t, int64_t, int>;  // device, type, K, rows, jobs
+    const Key key{dev, int(jobs[0].w.type), jobs[0].w.K, rows_warps(jobs, n_jobs, 1), n_jobs};
+    static std::mutex mu;
+    static std::map<Key, int> chosen;
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = chosen.find(key); it != chosen.end()) return it->second;
+    constexpr int kCandidates[2] = {1, 4};
+    cudaEvent_t ev[2];
+    QINFER_CUDA_CHECK(cudaEventCreate(&ev[0]));
+    QINFER_CUDA_CHECK(cudaEventCreate(&ev[1]));
+    float best[2] = {1e30f, 1e30f};
+    for (int rep = 0; rep < 4; ++rep)
+        for (int c = 0; c < 2; ++c) {
+            QINFER_CUDA_CHECK(cudaEventRecord(ev[0], s));
+            rows_launch_with(jobs, n_jobs, act, s, kCandidates[c]);
+            QINFER_CUDA_CHECK(cudaEventRecord(ev[1], s));
+            QINFER_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+            float ms = 0.f;
+            QINFER_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+            if (rep > 0) best[c] = std::min(best[c], ms);  // rep 0 warms up
+        }
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    const int R = best[1] < best[0] ? kCandidates[1] : kCandidates[0];
+    if (std::getenv("QINFER_CUDA_VERBOSE"))
+        std::fprintf(stderr, "qinfer cuda: %.0f MB product: %d row(s) per warp (%.1f us at 1, %.1f at 4)\n",
+                     weight_bytes(jobs, n_jobs) / 1e6, R, 1e3 * best[0], 1e3 * best[1]);
+    chosen.emplace(key, R);
+    return R;
+}
+
+void rows_launch_with(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s, int R) {
     MvBatch b{};
     b.n = n_jobs;
     int64_t blocks = 0;
