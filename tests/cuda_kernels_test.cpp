@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -535,6 +536,22 @@ TEST(CudaKvStore, RefusesHeadDimsAndTypesItCannotWrite) {
             EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
         }
     }
+}
+
+// The cost of a kernel boundary in a captured graph (printed), and that every
+// kernel of a chain waited for the one before: each adds one to what the one
+// before wrote, so the last one holds the number of launches.
+TEST(CudaLaunchTiming, ChainsCountEveryLaunchAndPrintTheBoundaryCost) {
+    REQUIRE_GPU();
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    const cuda::LaunchCost c = cuda::probe_launch_cost(200, 5, s);
+    cudaStreamDestroy(s);
+    EXPECT_EQ(c.last_value, c.launches);
+    for (double us : {c.empty_block, c.chain_block, c.chain_grid, c.chain_grid_plain}) EXPECT_GT(us, 0.0);
+    std::printf("[ timing ] us per kernel in a graph of 200: empty 1 block %.2f | waiting 1 block %.2f | "
+                "waiting full grid %.2f | full grid without PDL %.2f\n",
+                c.empty_block, c.chain_block, c.chain_grid, c.chain_grid_plain);
 }
 #endif
 

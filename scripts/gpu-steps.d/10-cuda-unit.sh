@@ -25,3 +25,8 @@ if [ -x "$bin" ]; then
   "$bin" --gtest_filter='*Prefill*' > "$OUT/cuda_deltanet_prefill.log" 2>&1
   grep -vE "^\[|^Running|^Note|^$" "$OUT/cuda_deltanet_prefill.log" | head -30
 fi
+bin="$BUILD/tests/cuda_kernels_test"
+if [ -x "$bin" ]; then
+  echo "== kernel boundary cost in a captured graph"
+  "$bin" --gtest_filter='CudaLaunchTiming.*' 2>&1 | grep -E "timing \]|FAILED|Failure" | head -5
+fi

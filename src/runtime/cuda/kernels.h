@@ -361,4 +361,19 @@ void top_k_rows(const float* logits, int64_t ld, int64_t n, int64_t T, int k, fl
 // events between them, and the GPU runs them back to back once released.
 void hold_until(const volatile int* flag, int value, cudaStream_t s);
 
+// What a kernel boundary costs in a captured graph, as a decode step replays
+// it (launch_probe.cu): microseconds per kernel over chains of n launches.
+struct LaunchCost {
+    double empty_block = 0;      // a one-block kernel that does nothing
+    double chain_block = 0;      // one block that waits for the kernel before and reads what it wrote
+    double chain_grid = 0;       // the same with a full grid (4 blocks of 128 threads per SM)
+    double chain_grid_plain = 0; // the full grid without programmatic dependent launch
+    long long last_value = 0;    // chains: what the last kernel wrote (launches made, if each waited)
+    long long launches = 0;
+};
+// Replays each chain `replays` times after one warm-up; per-kernel times are
+// the fastest replay's. The chains' counters start at 0, so a chain whose
+// kernels all waited for the one before ends at launches = (1 + replays) * n.
+LaunchCost probe_launch_cost(int n, int replays, cudaStream_t s);
+
 }  // namespace qinfer::cuda
