@@ -4,7 +4,7 @@
 // chains of kernels that do (next to) nothing: empty ones, and ones that wait
 // for the kernel before (griddepcontrol.wait) and read the word it wrote, with
 // one block and with a full grid, with and without programmatic dependent
-// launch. Used by the timing test in cuda_stream_test.
+// launch. Used by the timing test in cuda_kernels_test (CudaLaunchTiming).
 #include <algorithm>
 #include <vector>
 
