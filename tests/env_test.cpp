@@ -63,5 +63,16 @@ TEST(Env, RejectsOtherValuesNamingTheVariable) {
     set_env(nullptr);
 }
 
+TEST(Env, IsMatchesTheWholeValue) {
+    set_env(nullptr);
+    EXPECT_FALSE(env_is(kVar, "1"));
+    set_env("1");
+    EXPECT_TRUE(env_is(kVar, "1"));
+    EXPECT_FALSE(env_is(kVar, "0"));
+    set_env("10");
+    EXPECT_FALSE(env_is(kVar, "1"));
+    set_env(nullptr);
+}
+
 }  // namespace
 }  // namespace qinfer

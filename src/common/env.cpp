@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "common/error.h"
@@ -41,6 +42,11 @@ int env_int_of(const char* name, std::initializer_list<int> allowed, int fallbac
     for (int a : allowed)
         if (x == a) return x;
     fail(strfmt("%s=%d: expected %s", name, x, takes.c_str()));
+}
+
+bool env_is(const char* name, const char* value) {
+    const char* v = std::getenv(name);
+    return v && std::strcmp(v, value) == 0;
 }
 
 }  // namespace qinfer

@@ -11,5 +11,7 @@ namespace qinfer {
 int env_int(const char* name, int lo, int hi, int fallback);
 // One of `allowed`.
 int env_int_of(const char* name, std::initializer_list<int> allowed, int fallback);
+// Whether the variable is set to exactly `value`.
+bool env_is(const char* name, const char* value);
 
 }  // namespace qinfer

@@ -82,11 +82,6 @@ std::vector<uint32_t> parse_skip_ops(const char* spec) {
         if (st_ != CUBLAS_STATUS_SUCCESS) fail(strfmt("cuBLAS error %d in %s", int(st_), #call));  \
     } while (0)
 
-bool env_is(const char* name, const char* value) {
-    const char* v = std::getenv(name);
-    return v && std::strcmp(v, value) == 0;
-}
-
 // Rows view of an f32 tensor: ne[0] contiguous elements per row, rows over
 // dims 1..3 (dims 2 and 3 merged when they are contiguous with each other).
 Rows rows_of(const Tensor& t, const char* op) {

@@ -667,11 +667,17 @@ void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_
 // inside graph capture, under QINFER_CUDA_PROFILE (its stream is held), or when
 // a second run would change state: a residual written in place, a conv state.
 int large_rows(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s) {
+    int dev = 0;
+    QINFER_CUDA_CHECK(cudaGetDevice(&dev));
+    using Key = std::tuple<int, int, int64_t, int64_t, int>;  // device, type, K, rows, jobs
+    const Key key{dev, int(jobs[0].w.type), jobs[0].w.K, rows_warps(jobs, n_jobs, 1), n_jobs};
+    static std::mutex mu;
+    static std::map<Key, int> chosen;
+    std::lock_guard<std::mutex> lock(mu);
+    // A choice made by an eager step also holds when a later step is recorded.
+    if (const auto it = chosen.find(key); it != chosen.end()) return it->second;
     constexpr int kFallback = 1;
-    static const bool profiling = [] {
-        const char* v = std::getenv("QINFER_CUDA_PROFILE");
-        return v && std::strcmp(v, "1") == 0;
-    }();
+    static const bool profiling = env_is("QINFER_CUDA_PROFILE", "1");
     if (profiling) return kFallback;
     for (int i = 0; i < n_jobs; ++i)
         if (jobs[i].res || jobs[i].conv.w) return kFallback;
@@ -680,14 +686,6 @@ int large_rows(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t 
         cudaGetLastError();
         return kFallback;
     }
-    int dev = 0;
-    QINFER_CUDA_CHECK(cudaGetDevice(&dev));
-    using Key = std::tuple<int, int, int64_t, int64_t, int>;  // device, type, K, rows, jobs
-    const Key key{dev, int(jobs[0].w.type), jobs[0].w.K, rows_warps(jobs, n_jobs, 1), n_jobs};
-    static std::mutex mu;
-    static std::map<Key, int> chosen;
-    std::lock_guard<std::mutex> lock(mu);
-    if (const auto it = chosen.find(key); it != chosen.end()) return it->second;
     constexpr int kCandidates[2] = {1, 4};
     cudaEvent_t ev[2];
     QINFER_CUDA_CHECK(cudaEventCreate(&ev[0]));
