@@ -637,49 +637,6 @@ TEST(CudaMatvecLarge, Q6KHeadEqualsOldKernel) {
     expect_near_cpu(out[3], w, x, nullptr, N - 3000, 3000, "head");
 }
 
-// A launch that pulls another weight into L2 on its way (set_l2_ahead, as the
-// backend names the next product) computes the same bits, one job or several.
-TEST(CudaMatvecL2Ahead, SameBitsWhilePullingTheNextWeight) {
-    REQUIRE_GPU();
-    VariantGuard guard;
-    select_kernel(3);
-    const int64_t K = 2560;
-    const GpuWeight w = make_weight(GgmlType::Q4_K, K, 1000, 41);
-    const GpuWeight w2 = make_weight(GgmlType::Q6_K, K, 777, 42);
-    const GpuWeight next = make_weight(GgmlType::Q6_K, K, 3001, 43);
-    const GpuWeight next2 = make_weight(GgmlType::Q4_K, K, 5, 44);
-    const std::vector<float> x = random_x(K, 45);
-    const GpuAct act = make_act(GgmlType::Q4_K, x);
-    DevBuf y(1000 * 4), y2(777 * 4);
-    auto run = [&](bool ahead, int64_t cap) -> std::pair<std::vector<float>, std::vector<float>> {
-        if (ahead) {
-            const cuda::DeviceWeight ws[2] = {next.dw(), next2.dw()};
-            cuda::set_l2_ahead(ws, 2, cap);
-        }
-        poison(y);
-        poison(y2);
-        cuda::MatvecJob jobs[2];
-        jobs[0].w = w.dw();
-        jobs[0].y = y.f();
-        jobs[0].ldy = 1000;
-        jobs[1].w = w2.dw();
-        jobs[1].y = y2.f();
-        jobs[1].ldy = 777;
-        cuda::matmul_vec_multi(jobs, 2, act.a, 1, nullptr);
-        cuda::matmul_vec(w.dw(), act.a, 1, y.f(), 1000, nullptr, nullptr);
-        cuda::set_l2_ahead(nullptr, 0, 0);
-        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        return std::make_pair(get(y, 1000), get(y2, 777));
-    };
-    const auto plain = run(false, 0);
-    for (int64_t cap : {int64_t(1) << 30, int64_t(100000), int64_t(16)}) {
-        const auto pulled = run(true, cap);
-        EXPECT_TRUE(same_bits(pulled.first, plain.first)) << "cap " << cap << " at " << first_diff(pulled.first, plain.first);
-        EXPECT_TRUE(same_bits(pulled.second, plain.second)) << "cap " << cap;
-    }
-    expect_near_cpu(plain.first, w, x, nullptr, 0, 1000, "q4_k");
-}
-
 // ---- timing (printed, not asserted)
 
 // Runs `launch(copy)` 200 times over enough copies of the weights that they do
@@ -766,37 +723,12 @@ TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
             });
             CU(cudaGetLastError());
         }
-        // v3 again: with its weights in L2 (one copy), and with each launch pulling
-        // the next copy's weights into L2 (set_l2_ahead) as the backend does
-        select_kernel(3);
-        auto launch_copy = [&](int copy) {
-            if (nj == 1) {
-                cuda::matmul_vec(ws[size_t(copy)].dw(), act.a, 1, ys[0]->f(), c.jobs[0].second, nullptr, nullptr);
-            } else {
-                cuda::MatvecJob jobs[cuda::kMaxMatvecJobs];
-                for (int j = 0; j < nj; ++j) {
-                    jobs[j].w = ws[size_t(copy * nj + j)].dw();
-                    jobs[j].y = ys[size_t(j)]->f();
-                    jobs[j].ldy = c.jobs[size_t(j)].second;
-                }
-                cuda::matmul_vec_multi(jobs, nj, act.a, 1, nullptr);
-            }
-        };
-        const double hot = time_calls(1, launch_copy);
-        const double ahead = time_calls(copies, [&](int copy) {
-            cuda::DeviceWeight next[cuda::kMaxMatvecJobs];
-            for (int j = 0; j < nj; ++j) next[j] = ws[size_t((copy + 1) % copies * nj + j)].dw();
-            cuda::set_l2_ahead(next, nj, cuda::l2_ahead_cap());
-            launch_copy(copy);
-            cuda::set_l2_ahead(nullptr, 0, 0);
-        });
-        CU(cudaGetLastError());
         std::printf("[ timing ] %-42s %6.1f MB: v3 %7.2f us %5.0f GB/s | R=1 %7.2f us %5.0f | R=2 %7.2f us %5.0f | "
-                    "R=4 %7.2f us %5.0f | R=1 S=4 %7.2f us %5.0f | v2 %7.2f us %5.0f | v3 L2-hot %7.2f us %5.0f | "
-                    "v3 next in L2 ahead %7.2f us %5.0f (%d weight copies, 200 back-to-back launches)\n",
+                    "R=4 %7.2f us %5.0f | R=1 S=4 %7.2f us %5.0f | v2 %7.2f us %5.0f (%d weight copies, 200 "
+                    "back-to-back launches)\n",
                     c.name, bytes / 1e6, us[3], bytes / us[3] / 1e3, us[4], bytes / us[4] / 1e3, us[5],
                     bytes / us[5] / 1e3, us[6], bytes / us[6] / 1e3, us[8], bytes / us[8] / 1e3, us[2],
-                    bytes / us[2] / 1e3, hot, bytes / hot / 1e3, ahead, bytes / ahead / 1e3, copies);
+                    bytes / us[2] / 1e3, copies);
         std::fflush(stdout);
     }
 }

@@ -1242,28 +1242,6 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
     auto skipped = [&](const PendingOp& o) {
         return !skip_ops_.empty() && std::find(skip_ops_.begin(), skip_ops_.end(), o.code) != skip_ops_.end();
     };
-    // Each product names the next one's weights, which its blocks pull into L2
-    // (cuda::set_l2_ahead): next_mv[i] is the first product at or after op i.
-    const int64_t ahead_cap = cuda::l2_ahead_cap();
-    std::vector<size_t> next_mv(ahead_cap ? n + 1 : 0, n);
-    for (size_t k = next_mv.empty() ? 0 : n; k-- > 0;)
-        next_mv[k] = pending_[k].kind == PendingOp::Matvec && !skipped(pending_[k]) ? k : next_mv[k + 1];
-    auto name_next_product = [&](size_t from) {
-        cuda::DeviceWeight ws[cuda::kMaxMatvecJobs];
-        int nw = 0;
-        if (ahead_cap && from < n && next_mv[from] < n) {
-            const PendingOp& first = pending_[next_mv[from]];
-            for (size_t k = next_mv[from]; k < n && nw < cuda::kMaxMatvecJobs; ++k) {
-                const PendingOp& o = pending_[k];
-                if (o.kind != PendingOp::Matvec || o.act.qs != first.act.qs || o.T != first.T) break;
-                ws[nw++] = o.mv.w;
-            }
-        }
-        cuda::set_l2_ahead(ws, nw, ahead_cap);
-    };
-    struct ClearAhead {
-        ~ClearAhead() { cuda::set_l2_ahead(nullptr, 0, 0); }
-    } clear_ahead;
     for (size_t i = 0; i < n;) {
         const PendingOp& op = pending_[i];
         if (op.payload < 0 && skipped(op)) {
@@ -1448,11 +1426,9 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
             continue;
         }
         if (op.kind != PendingOp::Matvec || !fuse_) {
-            if (op.kind == PendingOp::Matvec) name_next_product(i + 1);
             before(op.label);
             op.run();
             after();
-            cuda::set_l2_ahead(nullptr, 0, 0);
             ++i;
             continue;
         }
@@ -1502,10 +1478,8 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
             label += conv_label;
             before(label);
         }
-        name_next_product(j);
         if (nj == 1 && !residual && conv_label.empty()) op.run();
         else cuda::matmul_vec_multi(jobs, nj, op.act, op.T, stream_);
-        cuda::set_l2_ahead(nullptr, 0, 0);
         after();
         i = j;
     }

@@ -102,17 +102,6 @@ void set_matvec_variant(int v);
 // from its rows; 1, 2, 4 or 8 from QINFER_CUDA_MV_ROWS or set_matvec_rows(r)
 // fixes it (0: back to the environment's / the automatic choice).
 void set_matvec_rows(int r);
-// Weights of the product after the next one-token K-quant launch on this
-// thread: every block of that launch pulls its share of their first `cap`
-// bytes into L2 at its start (cp.async.bulk.prefetch; sm_90, a no-op below),
-// so they stream from device memory while the launches between run -- the
-// memory bus otherwise idles at every launch boundary, norm, delta rule and
-// attention of a decode step. Values are unchanged: it is only a cache hint.
-// n = 0 clears it; it holds until changed (the backend sets it per launch).
-// l2_ahead_cap(): QINFER_CUDA_L2_AHEAD_MB (0 turns it off) in bytes.
-constexpr int kL2AheadDefaultMb = 24;
-int64_t l2_ahead_cap();
-void set_l2_ahead(const DeviceWeight* ws, int n, int64_t cap);
 // Steps of weight loads a lane of a one-row-per-warp v3 product keeps in flight
 // (the first S issued before the kernel waits for its inputs): 1, 2 or 4 from
 // QINFER_CUDA_MV_STEPS or set_matvec_steps(s) (0: the environment's, by default

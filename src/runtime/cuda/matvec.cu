@@ -295,17 +295,9 @@ struct MvJobDev {
     int rpw;     // rows per warp (v3)
     ConvAfter conv;
 };
-// The next product's weights, pulled into L2 by this launch's blocks
-// (set_l2_ahead): byte ranges, end[i] the running total after range i.
-struct L2AheadDev {
-    const uint8_t* p[kMaxMatvecJobs];
-    int64_t end[kMaxMatvecJobs];
-    int n;
-};
 struct MvBatch {
     MvJobDev job[kMaxMatvecJobs];
     int n;
-    L2AheadDev ahead;
 };
 
 // A job as the kernels see it (block0 / rpw are set by the launcher).
@@ -608,32 +600,8 @@ __device__ __forceinline__ void rows_store(const MvJobDev& j, int64_t row0, int 
 constexpr int rows_min_blocks(int R, int S) { return S > 1 ? 5 : R >= 8 ? 4 : R == 4 ? 6 : 8; }
 
 // TYI: the type of every job (as int), or -1 for a batch of several K-quant types.
-// Block b of G issues the prefetch of its G-th of the ranges' bytes (every
-// offset and size a multiple of 16, as cp.async.bulk asks), in pieces of at
-// most 64 KB. sm_90 only: older GPUs skip it.
-__device__ __forceinline__ void l2_ahead_slice(const L2AheadDev& a) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (a.n == 0 || threadIdx.x != 0) return;
-    const int64_t total = a.end[a.n - 1];
-    const int64_t chunk = ((total + gridDim.x - 1) / gridDim.x + 15) & ~int64_t(15);
-    int64_t lo = int64_t(blockIdx.x) * chunk;
-    const int64_t hi = min(total, lo + chunk);
-    int64_t start = 0;
-    for (int i = 0; i < a.n && lo < hi; ++i) {
-        for (; lo < hi && lo < a.end[i]; ) {
-            const int64_t n = min(min(hi, a.end[i]) - lo, int64_t(65536));
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.p[i] + (lo - start)),
-                         "r"(unsigned(n)) : "memory");
-            lo += n;
-        }
-        start = a.end[i];
-    }
-#endif
-}
-
 template <int R, int TYI, int S = 1>
 __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, S)) mmv_rows_kernel(MvBatch b, ActQ A) {
-    l2_ahead_slice(b.ahead);
     int ji = 0;
 #pragma unroll
     for (int i = 1; i < kMaxMatvecJobs; ++i)
@@ -682,9 +650,6 @@ int steps_in_flight(int R) {
 }
 
 void rows_launch_with(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s, int R);
-
-// What set_l2_ahead() named for this thread's next launches.
-thread_local L2AheadDev g_l2_ahead{};
 
 // Jobs of K-quant types only (rows_kernel_supports).
 void rows_launch(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s) {
@@ -749,7 +714,6 @@ int large_rows(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t 
 void rows_launch_with(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s, int R) {
     MvBatch b{};
     b.n = n_jobs;
-    b.ahead = g_l2_ahead;
     int64_t blocks = 0;
     bool mixed = false;
     for (int i = 0; i < n_jobs; ++i) {
@@ -776,25 +740,6 @@ void rows_launch_with(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaSt
 
 void set_matvec_rows(int r) {
     g_rows_override.store(r == 1 || r == 2 || r == 4 || r == 8 ? r : 0, std::memory_order_relaxed);
-}
-
-int64_t l2_ahead_cap() {
-    static const int64_t mb = env_int("QINFER_CUDA_L2_AHEAD_MB", 0, 1024, kL2AheadDefaultMb);
-    return mb << 20;
-}
-
-void set_l2_ahead(const DeviceWeight* ws, int n, int64_t cap) {
-    L2AheadDev& a = g_l2_ahead;
-    a = L2AheadDev{};
-    int64_t total = 0;
-    for (int i = 0; i < n && i < kMaxMatvecJobs && total < cap; ++i) {
-        const int64_t bytes = std::min<int64_t>(int64_t(ws[i].layout.total), cap - total) & ~int64_t(15);
-        if (bytes <= 0 || !ws[i].data) continue;
-        if (reinterpret_cast<uintptr_t>(ws[i].data) % 16) continue;
-        a.p[a.n] = ws[i].data;
-        total += bytes;
-        a.end[a.n++] = total;
-    }
 }
 
 void set_matvec_steps(int s) {
