@@ -723,12 +723,29 @@ TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
             });
             CU(cudaGetLastError());
         }
+        // v3 once more with one copy, its weights in L2 (up to ~50 MB): what a
+        // product costs when the bytes are not what it waits for
+        select_kernel(3);
+        const double hot = time_calls(1, [&](int) {
+            if (nj == 1) {
+                cuda::matmul_vec(ws[0].dw(), act.a, 1, ys[0]->f(), c.jobs[0].second, nullptr, nullptr);
+            } else {
+                cuda::MatvecJob jobs[cuda::kMaxMatvecJobs];
+                for (int j = 0; j < nj; ++j) {
+                    jobs[j].w = ws[size_t(j)].dw();
+                    jobs[j].y = ys[size_t(j)]->f();
+                    jobs[j].ldy = c.jobs[size_t(j)].second;
+                }
+                cuda::matmul_vec_multi(jobs, nj, act.a, 1, nullptr);
+            }
+        });
+        CU(cudaGetLastError());
         std::printf("[ timing ] %-42s %6.1f MB: v3 %7.2f us %5.0f GB/s | R=1 %7.2f us %5.0f | R=2 %7.2f us %5.0f | "
-                    "R=4 %7.2f us %5.0f | R=1 S=4 %7.2f us %5.0f | v2 %7.2f us %5.0f (%d weight copies, 200 "
-                    "back-to-back launches)\n",
+                    "R=4 %7.2f us %5.0f | R=1 S=4 %7.2f us %5.0f | v2 %7.2f us %5.0f | v3 L2-hot %7.2f us %5.0f "
+                    "(%d weight copies, 200 back-to-back launches)\n",
                     c.name, bytes / 1e6, us[3], bytes / us[3] / 1e3, us[4], bytes / us[4] / 1e3, us[5],
                     bytes / us[5] / 1e3, us[6], bytes / us[6] / 1e3, us[8], bytes / us[8] / 1e3, us[2],
-                    bytes / us[2] / 1e3, copies);
+                    bytes / us[2] / 1e3, hot, bytes / hot / 1e3, copies);
         std::fflush(stdout);
     }
 }

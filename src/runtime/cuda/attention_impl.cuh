@@ -815,23 +815,37 @@ __device__ __forceinline__ float4 attn_combine_cols(const float* __restrict__ w,
     constexpr int PS = D + ATTN_PART_HDR;
     constexpr int CQ = AttnCombineSmem::CQ, SL = AttnCombineSmem::SL;
     static_assert(D % ATTN_COMBINE_COLS == 0 && ATTN_MAX_SPLITS <= ATTN_THREADS, "combine shape");
+    // Every load goes out before the reductions: the thread's columns of each
+    // of its splits (up to ATTN_MAX_SPLITS / SL), then m and l. Loaded after the
+    // reductions in groups of four, 96 splits (32k keys) took three L2 round
+    // trips behind the reductions' barriers.
+    constexpr int XS = ATTN_MAX_SPLITS / SL;
+    const int cq = gtid % CQ, sl = gtid / CQ;
+    const float* wc = w + ATTN_PART_HDR + c0 + cq * 4;
+    float4 x[XS];
+#pragma unroll
+    for (int i = 0; i < XS; ++i)
+        if (sl + i * SL < nu) x[i] = *reinterpret_cast<const float4*>(wc + int64_t(sl + i * SL) * PS);
+    // The compiler would otherwise sink these read-only loads below the barriers
+    // (to save registers), back where they were.
+#pragma unroll
+    for (int i = 0; i < XS; ++i)
+        if (sl + i * SL < nu) asm volatile("" : "+f"(x[i].x), "+f"(x[i].y), "+f"(x[i].z), "+f"(x[i].w)::"memory");
     const float ms = gtid < nu ? w[gtid * PS] : -INFINITY;
     const float ls = gtid < nu ? w[gtid * PS + 1] : 0.f;
     const float mt = attn_group_reduce<true>(ms, sm.red, gtid);
     const float fs = gtid < nu ? expf(ms - mt) : 0.f;
     if (gtid < ATTN_MAX_SPLITS) sm.f[gtid] = fs;
     const float lt = attn_group_reduce<false>(ls * fs, sm.red, gtid);  // its barriers also publish f
-    const int cq = gtid % CQ, sl = gtid / CQ;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    const float* wc = w + ATTN_PART_HDR + c0 + cq * 4;
-#pragma unroll 4
-    for (int s = sl; s < nu; s += SL) {
-        const float4 x = *reinterpret_cast<const float4*>(wc + int64_t(s) * PS);
-        const float fw = sm.f[s];
-        acc.x = fmaf(fw, x.x, acc.x);
-        acc.y = fmaf(fw, x.y, acc.y);
-        acc.z = fmaf(fw, x.z, acc.z);
-        acc.w = fmaf(fw, x.w, acc.w);
+#pragma unroll
+    for (int i = 0; i < XS; ++i) {  // splits sl, sl + SL, ... in order, as before
+        if (sl + i * SL >= nu) break;
+        const float fw = sm.f[sl + i * SL];
+        acc.x = fmaf(fw, x[i].x, acc.x);
+        acc.y = fmaf(fw, x[i].y, acc.y);
+        acc.z = fmaf(fw, x[i].z, acc.z);
+        acc.w = fmaf(fw, x[i].w, acc.w);
     }
     sm.part[sl][cq] = acc;
     __syncthreads();
