@@ -587,7 +587,7 @@ TEST(ServerLimits, ApiKeyQueueAndShutdown) {
     server::ServerOptions o;
     o.model_path = path;
     o.port = 0;
-    o.engine.n_ctx = 1024;
+    o.engine.n_ctx = 4096;  // room for requests that outlast the queue check below
     o.engine.n_slots = 1;
     o.engine.n_threads = 1;  // the CI machine is small and shared: one thread avoids oversubscription
     o.queue_size = 1;
@@ -613,7 +613,10 @@ TEST(ServerLimits, ApiKeyQueueAndShutdown) {
     EXPECT_EQ(call(port, "GET", "/v1/models", "", auth).status, 200);
 
     // One slot, one queue place: a third concurrent request is refused with 503.
-    json longreq = {{"prompt", "<|im_start|>user\nlong"}, {"max_tokens", 900}, {"temperature", 0}, {"ignore_eos", true}};
+    // 4000 tokens take seconds (900 once took 0.59 s, and the running request
+    // ended before the third one came, which then got the queue place); the
+    // shutdown below cuts them short.
+    json longreq = {{"prompt", "<|im_start|>user\nlong"}, {"max_tokens", 4000}, {"temperature", 0}, {"ignore_eos", true}};
     std::vector<int> statuses(2, 0);
     std::vector<std::thread> th;
     for (int i = 0; i < 2; i++)
