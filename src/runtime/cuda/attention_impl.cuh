@@ -818,19 +818,16 @@ __device__ __forceinline__ float4 attn_combine_cols(const float* __restrict__ w,
     // Every load goes out before the reductions: the thread's columns of each
     // of its splits (up to ATTN_MAX_SPLITS / SL), then m and l. Loaded after the
     // reductions in groups of four, 96 splits (32k keys) took three L2 round
-    // trips behind the reductions' barriers.
+    // trips behind the reductions' barriers. Plain (not read-only) loads: the
+    // compiler sinks read-only ones below the barriers to save registers, and
+    // may not move these across them.
     constexpr int XS = ATTN_MAX_SPLITS / SL;
     const int cq = gtid % CQ, sl = gtid / CQ;
     const float* wc = w + ATTN_PART_HDR + c0 + cq * 4;
     float4 x[XS];
 #pragma unroll
     for (int i = 0; i < XS; ++i)
-        if (sl + i * SL < nu) x[i] = *reinterpret_cast<const float4*>(wc + int64_t(sl + i * SL) * PS);
-    // The compiler would otherwise sink these read-only loads below the barriers
-    // (to save registers), back where they were.
-#pragma unroll
-    for (int i = 0; i < XS; ++i)
-        if (sl + i * SL < nu) asm volatile("" : "+f"(x[i].x), "+f"(x[i].y), "+f"(x[i].z), "+f"(x[i].w)::"memory");
+        if (sl + i * SL < nu) x[i] = __ldcg(reinterpret_cast<const float4*>(wc + int64_t(sl + i * SL) * PS));
     const float ms = gtid < nu ? w[gtid * PS] : -INFINITY;
     const float ls = gtid < nu ? w[gtid * PS + 1] : 0.f;
     const float mt = attn_group_reduce<true>(ms, sm.red, gtid);
