@@ -413,6 +413,33 @@ TEST(CudaBackendEnv, SkipOpsRejectsUnknownNames) {
     test::unset_env("QINFER_CUDA_SKIP_OPS");
 }
 
+// A skipped op leaves the queue before the fusions look at it: an add that
+// would have become a product's epilogue is gone with it (its output keeps
+// its zeros) while the product itself still runs.
+TEST(CudaBackendEnv, SkippedOpIsNotFusedIntoAProduct) {
+    REQUIRE_GPU();
+    test::set_env("QINFER_CUDA_SKIP_OPS", "add");
+    struct Unset {
+        ~Unset() { test::unset_env("QINFER_CUDA_SKIP_OPS"); }
+    } unset;
+    Both b;
+    const int64_t E = 256, N = 256;
+    std::vector<uint8_t> keep;
+    Pair w = qweight(b, GgmlType::Q4_K, E, N, 5, keep);
+    Pair x = b.f32(randn(size_t(E), 6), {E, 1});
+    Pair r = b.f32(randn(size_t(N), 7), {N, 1});
+    Pair o = b.zeros(GgmlType::F32, {N, 1}), sum = b.zeros(GgmlType::F32, {N, 1});
+    b.cpu->matmul(w.c, x.c, o.c, nullptr);
+    b.gpu->matmul(w.g, x.g, o.g, nullptr);
+    b.gpu->add(r.g, o.g, sum.g);
+    double ref = 0;
+    EXPECT_LT(b.max_diff(o, &ref), 1e-4 * (ref + 1)) << "the product still runs";
+    EXPECT_GT(ref, 0.0);
+    std::vector<float> got(size_t(N), 1.f);
+    b.gpu->read(sum.g, got.data(), got.size() * 4);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], 0.f) << "the skipped add ran, at " << i;
+}
+
 // The register-resident norm kernel (rows of up to 8192 floats; longer rows take
 // the block-per-row kernel) against the CPU backend: lengths that leave lanes
 // idle, rows spanning several warps, several rows per block, unaligned and

@@ -1205,6 +1205,17 @@ bool CudaBackend::try_ffn(size_t i) {
 }
 
 void CudaBackend::run_pending(const std::vector<void*>* pinned) {
+    // QINFER_CUDA_SKIP_OPS what-ifs: the skipped ops leave the queue before the
+    // fusions look at it, so an op is gone with whatever launch it would have
+    // joined (the delta rule with the l2 norms it takes over, say), and its
+    // neighbours fuse as they would without it.
+    if (!skip_ops_.empty())
+        pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                      [&](const PendingOp& o) {
+                                          return o.payload < 0 && std::find(skip_ops_.begin(), skip_ops_.end(),
+                                                                            o.code) != skip_ops_.end();
+                                      }),
+                       pending_.end());
     const size_t n = pending_.size();
     // Profiling: the stream is held while a run of up to kHeld ops is queued
     // with an event before and after each, so the events time the kernels
@@ -1238,16 +1249,8 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
         std::function<void()> f;
         ~ReleaseOnExit() { f(); }
     } release_on_exit{[&] { if (prof) release(); }};
-    // QINFER_CUDA_SKIP_OPS what-ifs leave these out
-    auto skipped = [&](const PendingOp& o) {
-        return !skip_ops_.empty() && std::find(skip_ops_.begin(), skip_ops_.end(), o.code) != skip_ops_.end();
-    };
     for (size_t i = 0; i < n;) {
         const PendingOp& op = pending_[i];
-        if (op.payload < 0 && skipped(op)) {
-            ++i;
-            continue;
-        }
         if (op.payload >= 0) {
             const Payload& p = payloads_[size_t(op.payload)];
             const void* src = pinned ? (*pinned)[size_t(op.payload)] : p.data.data();
@@ -1286,7 +1289,7 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
             cuda::AttnQuant quant;
             size_t used = 0;
             auto is = [&](size_t j, PendingOp::Kind kind) {
-                return j < n && pending_[j].kind == kind && !skipped(pending_[j]);
+                return j < n && pending_[j].kind == kind;
             };
             if (fuse_attn_quant_ && is(k + 1, PendingOp::Gate) && pending_[k + 1].gate == cuda::Gate::SigmoidMul &&
                 is(k + 2, PendingOp::Quantize)) {
@@ -1376,7 +1379,7 @@ void CudaBackend::run_pending(const std::vector<void*>* pinned) {
             };
             // ... and the cache store of the attention right after them
             auto store_at = [&](size_t k) {
-                return fuse_kv_store_ && is(k + 4, PendingOp::Attention) && !skipped(pending_[k + 4]) &&
+                return fuse_kv_store_ && is(k + 4, PendingOp::Attention) &&
                        cuda::norm_rope_store_fits(pending_[k].norm, pending_[k + 1].norm, pending_[k + 2].rope,
                                                   pending_[k + 3].rope, pending_[k + 4].kv_store);
             };
