@@ -705,40 +705,29 @@ TEST(CudaMatvecTiming, PrintsBandwidthNewVsOld) {
         const GpuAct act = make_act(c.jobs[0].first, random_x(c.K, 77));
         std::vector<std::unique_ptr<DevBuf>> ys;
         for (const auto& job : c.jobs) ys.push_back(std::make_unique<DevBuf>(size_t(job.second) * 4));
-        double us[kKernels] = {};
-        for (int v : {3, 4, 5, 6, 8, 2}) {
-            select_kernel(v);
-            us[v] = time_calls(copies, [&](int copy) {
-                if (nj == 1) {
-                    cuda::matmul_vec(ws[size_t(copy)].dw(), act.a, 1, ys[0]->f(), c.jobs[0].second, nullptr, nullptr);
-                } else {
-                    cuda::MatvecJob jobs[cuda::kMaxMatvecJobs];
-                    for (int j = 0; j < nj; ++j) {
-                        jobs[j].w = ws[size_t(copy * nj + j)].dw();
-                        jobs[j].y = ys[size_t(j)]->f();
-                        jobs[j].ldy = c.jobs[size_t(j)].second;
-                    }
-                    cuda::matmul_vec_multi(jobs, nj, act.a, 1, nullptr);
-                }
-            });
-            CU(cudaGetLastError());
-        }
-        // v3 once more with one copy, its weights in L2 (up to ~50 MB): what a
-        // product costs when the bytes are not what it waits for
-        select_kernel(3);
-        const double hot = time_calls(1, [&](int) {
+        auto launch_copy = [&](int copy) {
             if (nj == 1) {
-                cuda::matmul_vec(ws[0].dw(), act.a, 1, ys[0]->f(), c.jobs[0].second, nullptr, nullptr);
+                cuda::matmul_vec(ws[size_t(copy)].dw(), act.a, 1, ys[0]->f(), c.jobs[0].second, nullptr, nullptr);
             } else {
                 cuda::MatvecJob jobs[cuda::kMaxMatvecJobs];
                 for (int j = 0; j < nj; ++j) {
-                    jobs[j].w = ws[size_t(j)].dw();
+                    jobs[j].w = ws[size_t(copy * nj + j)].dw();
                     jobs[j].y = ys[size_t(j)]->f();
                     jobs[j].ldy = c.jobs[size_t(j)].second;
                 }
                 cuda::matmul_vec_multi(jobs, nj, act.a, 1, nullptr);
             }
-        });
+        };
+        double us[kKernels] = {};
+        for (int v : {3, 4, 5, 6, 8, 2}) {
+            select_kernel(v);
+            us[v] = time_calls(copies, launch_copy);
+            CU(cudaGetLastError());
+        }
+        // v3 once more with one copy, its weights in L2 (up to ~50 MB): what a
+        // product costs when the bytes are not what it waits for
+        select_kernel(3);
+        const double hot = time_calls(1, launch_copy);
         CU(cudaGetLastError());
         std::printf("[ timing ] %-42s %6.1f MB: v3 %7.2f us %5.0f GB/s | R=1 %7.2f us %5.0f | R=2 %7.2f us %5.0f | "
                     "R=4 %7.2f us %5.0f | R=1 S=4 %7.2f us %5.0f | v2 %7.2f us %5.0f | v3 L2-hot %7.2f us %5.0f "
