@@ -249,12 +249,16 @@ __global__ void __launch_bounds__(W * WARP)
             if (r0 + lane < dv) p.out[(int64_t(t) * p.Hv + j) * dv + r0 + lane] = last;
         }
     }
+    auto store_state = [&] {
 #pragma unroll
-    for (int r = 0; r < GDR_ROWS; ++r)
-        if (r0 + r < dv)
+        for (int r = 0; r < GDR_ROWS; ++r)
+            if (r0 + r < dv)
 #pragma unroll
-            for (int i = 0; i < KPL; ++i) S[int64_t(r0 + r) * dk + lane + 32 * i] = s[r][i];
-    if constexpr (QK != 0) {
+                for (int i = 0; i < KPL; ++i) S[int64_t(r0 + r) * dk + lane + 32 * i] = s[r][i];
+    };
+    if constexpr (QK == 0) {
+        store_state();
+    } else {
 #if __CUDA_ARCH__ >= 900
         constexpr int DV = 128;
         __shared__ float pair[2 * DV];  // the cluster's two heads, in its first block
@@ -262,7 +266,11 @@ __global__ void __launch_bounds__(W * WARP)
         cg::cluster_group cluster = cg::this_cluster();
         float* lead = cluster.map_shared_rank(pair, 0);
         if (lane < GDR_ROWS) lead[(j & 1) * DV + r0 + lane] = last;
+        // The state goes out after the barrier: its arrive has release
+        // semantics, so stores issued before it could hold every block there
+        // until they are acknowledged, and the gated norm needs only `pair`.
         cluster.sync();
+        store_state();
         if (norm_warp) {
             const int k0 = nk0;
             const int64_t r = nr, rp = r - hp;
@@ -282,6 +290,8 @@ __global__ void __launch_bounds__(W * WARP)
             }
             quantize_span<QK>(v, lane, nd.q, rp / nd.m, nd.m * DV, (rp % nd.m) * DV, true);
         }
+#else
+        store_state();
 #endif
     }
 }
