@@ -20,8 +20,7 @@ __global__ void pdl_probe_kernel() {}
 
 bool pdl_enabled() {
     static const bool enabled = [] {
-        const char* v = std::getenv("QINFER_CUDA_PDL");
-        if (v && std::strcmp(v, "0") == 0) return false;
+        if (env_is("QINFER_CUDA_PDL", "0")) return false;
         int dev = 0, major = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)

@@ -13,8 +13,8 @@
 // each partial in float. One float multiply-add per super-block and element
 // then applies d_w * d_a, as ggml's vec_dot_*_q8_* does.
 #include <cstdlib>
-#include <cstring>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/launch.cuh"
@@ -408,8 +408,7 @@ bool mma_applies(int64_t N, int64_t T) {
 bool matmul_mma(const DeviceWeight& w, const ActQ& a, int64_t T, float* y, int64_t ldy, const float* bias,
                 cudaStream_t s) {
     if (!mma_applies(w.N, T)) return false;
-    const char* env = std::getenv("QINFER_CUDA_MMA");
-    const bool int8_only = env && std::strcmp(env, "int8") == 0;
+    const bool int8_only = env_is("QINFER_CUDA_MMA", "int8");
     if (!int8_only && matmul_hmma(w, a, T, y, ldy, bias, s)) return true;
     switch (w.type) {
         case GgmlType::Q4_K: launch<GgmlType::Q4_K>(w, a, T, y, ldy, bias, s); break;

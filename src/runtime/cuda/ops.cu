@@ -2,9 +2,9 @@
 // Same formulas and operation order as the CPU backend (runtime/cpu/cpu_ops.cpp).
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "runtime/cuda/act_quant.cuh"
 #include "runtime/cuda/cuda_common.cuh"
@@ -337,10 +337,7 @@ void launch_norm(Rows x, Rows z, const float* w, float eps, Rows y, cudaStream_t
     if (rows == 0 || x.n == 0) return;
     // QINFER_CUDA_REG_NORM=0: the earlier kernels (for A/B; the fused norms keep
     // the register kernel, so fused and plain then agree up to rounding only).
-    static const bool reg = [] {
-        const char* v = std::getenv("QINFER_CUDA_REG_NORM");
-        return !(v && std::strcmp(v, "0") == 0);
-    }();
+    static const bool reg = !env_is("QINFER_CUDA_REG_NORM", "0");
     if (reg && x.n <= kRegRowMax) {
         NormJob j;
         j.op = KIND;
