@@ -56,8 +56,6 @@ WArgs wargs(const DeviceWeight& w) {
     a.qh = w.layout.qh_bytes ? w.data + w.layout.off_qh : nullptr;
     a.d = w.layout.d_bytes ? w.data + w.layout.off_d : nullptr;
     a.bpr = w.K / traits(w.type).block_size;
-    static const bool evict_first = env_is("QINFER_CUDA_EVICT_FIRST", "1");
-    a.evict_first = evict_first;
     return a;
 }
 
@@ -300,7 +298,6 @@ struct MvJobDev {
 struct MvBatch {
     MvJobDev job[kMaxMatvecJobs];
     int n;
-    bool conv_prefetch;  // pull the conv epilogue's taps and state into L2 before the wait
 };
 
 // A job as the kernels see it (block0 / rpw are set by the launcher).
@@ -552,21 +549,6 @@ __device__ __forceinline__ void conv_finish(const ConvAfter& cv, int64_t c, int6
         if (r < K - 1) st[int64_t(r) * C] = r + 1 < K - 1 ? cw.win[r + 1] : x;
 }
 
-// The taps and state lines that conv_load reads for channels [c, c + n), asked
-// of L2 before the programmatic-launch wait: no kernel of this step writes
-// them before this one (the state is the previous token's), and an epilogue
-// that meets them cold pays a DRAM round trip after its reductions.
-__device__ __forceinline__ void conv_prefetch_l2(const ConvAfter& cv, int64_t c, int64_t n, int64_t C) {
-    const int K = cv.K;
-    const float* st = cv.state + int64_t(cv.seg->slot) * (K - 1) * C;
-    for (int r = 0; r < K - 1; ++r) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(st + int64_t(r) * C + c));
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(st + int64_t(r) * C + c + n - 1));
-    }
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(cv.w + c * K));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(cv.w + (c + n) * K - 1));
-}
-
 // acc = rows [row0, row0 + rows_for(type, R)) of a K-quant weight times the
 // activations (this lane's share).
 template <int R, int S = 1, class MA = FromGlobal>
@@ -631,7 +613,6 @@ __global__ void __launch_bounds__(MMV_WARPS * WARP, rows_min_blocks(R, S)) mmv_r
     const int lane = threadIdx.x % WARP;
     pdl_trigger_at_top();
     if (row0 < j.N) {
-        if (b.conv_prefetch && j.conv.w && lane == 0) conv_prefetch_l2(j.conv, row0, min(int64_t(rpw), j.N - row0), j.N);
         float acc[R];
         rows_of_type<R, S>(type, j.w, row0, j.N, A, lane, acc);
         rows_store<R>(j, row0, rpw, acc, lane);
@@ -733,8 +714,6 @@ int large_rows(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t 
 void rows_launch_with(const MatvecJob* jobs, int n_jobs, const ActQ& act, cudaStream_t s, int R) {
     MvBatch b{};
     b.n = n_jobs;
-    static const bool conv_prefetch = env_is("QINFER_CUDA_CONV_PREFETCH", "1");
-    b.conv_prefetch = conv_prefetch;
     int64_t blocks = 0;
     bool mixed = false;
     for (int i = 0; i < n_jobs; ++i) {

@@ -15,26 +15,8 @@ struct WArgs {
     const uint8_t* qh;    // qh section (Q5_0 / Q5_1)
     const uint8_t* d;     // scale section (repacked types)
     int64_t bpr;          // blocks per row
-    // The one-token products read their weights once per step while the step
-    // streams ~2.7 GB through a ~50 MB L2: true marks those loads evict-first
-    // there, so that what every token reads again -- recurrent and conv
-    // states, caches, norm weights, activations -- is what L2 keeps.
-    bool evict_first = false;
 };
 
-// 16 weight bytes as ld16, under an L2 policy: evict-first where WArgs says
-// so, else normal (one load form either way, so the switch costs no registers
-// for a second path).
-__device__ __forceinline__ int4 ld16_weight(const WArgs& w, const void* p) {
-    uint64_t first, normal;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(first));
-    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
-    int4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.s32 {%0, %1, %2, %3}, [%4], %5;"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "l"(w.evict_first ? first : normal));
-    return v;
-}
 
 __device__ __forceinline__ int dot16(const int4 q, const int4 a, int acc) {
     acc = dp4a(q.x, a.x, acc);
@@ -325,7 +307,7 @@ template <> struct RowUnit<GgmlType::Q4_K> {
     };
     __device__ static W load_w(const WArgs& w, int64_t blk0, int u) {
         const uint8_t* b = w.base + 144 * (blk0 + (u >> 3));
-        return W{ld16_weight(w, b), ld16_weight(w, b + 16 + 16 * (u & 7))};  // group (u & 7) / 2, half u & 1
+        return W{ld16(b), ld16(b + 16 + 16 * (u & 7))};  // group (u & 7) / 2, half u & 1
     }
     template <class M = FromGlobal>
     __device__ static A load_a(const ActQ& a, int u) {
@@ -358,7 +340,7 @@ template <> struct RowUnit<GgmlType::Q5_K> {
     using A = RowUnit<GgmlType::Q4_K>::A;  // the same activation elements
     __device__ static W load_w(const WArgs& w, int64_t blk0, int u) {
         const uint8_t* b = w.base + 176 * (blk0 + (u >> 3));
-        return W{ld16_weight(w, b), ld16_weight(w, b + 16 + 16 * (u & 1)), ld16_weight(w, b + 48 + 16 * (u & 7))};
+        return W{ld16(b), ld16(b + 16 + 16 * (u & 1)), ld16(b + 48 + 16 * (u & 7))};
     }
     template <class M = FromGlobal>
     __device__ static A load_a(const ActQ& a, int u) { return RowUnit<GgmlType::Q4_K>::load_a<M>(a, u); }
@@ -388,8 +370,7 @@ template <> struct RowUnit<GgmlType::Q6_K> {
         const int64_t blk = blk0 + (u >> 2);
         const uint8_t* b = w.base + 208 * blk;
         const int n = (u & 3) >> 1, l0 = 16 * (u & 1);
-        return W{ld16_weight(w, b + 64 * n + l0), ld16_weight(w, b + 64 * n + 32 + l0),
-                 ld16_weight(w, b + 128 + 32 * n + l0),
+        return W{ld16(b + 64 * n + l0), ld16(b + 64 * n + 32 + l0), ld16(b + 128 + 32 * n + l0),
                  __ldg(reinterpret_cast<const int2*>(b + 192 + 8 * n)),
                  uint32_t(__ldg(reinterpret_cast<const uint16_t*>(w.d) + blk))};
     }
