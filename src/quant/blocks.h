@@ -132,6 +132,26 @@ QINFER_HD inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uin
     }
 }
 
+// get_scale_min_k4 of sub-blocks 2g and 2g + 1 (g = 0..3) at once, from the
+// 12 scale bytes held as three little-endian words w0 w1 w2, without
+// branches (the GPU products' form: g differs between a warp's lanes, and two
+// one-j extractions compiled to branches that diverge). The two sub-blocks'
+// bytes are neighbours in each word, so both come from one 16-bit pair with
+// byte-wise masks (no shift carries a bit into a byte that keeps it); j < 4
+// and j >= 4 are joined by selects.
+QINFER_HD inline void get_scale_min_k4_pair(int g, uint32_t w0, uint32_t w1, uint32_t w2, int& sc0, int& m0,
+                                            int& sc1, int& m1) {
+    const int k = 16 * (g & 1);
+    const uint32_t y = w0 >> k, z = w1 >> k, w = w2 >> k;
+    const uint32_t sc_lo = y & 0x3F3Fu, m_lo = z & 0x3F3Fu;
+    const uint32_t sc_hi = (w & 0x0F0Fu) | ((y >> 2) & 0x3030u), m_hi = ((w >> 4) & 0x0F0Fu) | ((z >> 2) & 0x3030u);
+    const uint32_t sc = g >= 2 ? sc_hi : sc_lo, m = g >= 2 ? m_hi : m_lo;
+    sc0 = int(sc & 0xFFu);
+    sc1 = int((sc >> 8) & 0xFFu);
+    m0 = int(m & 0xFFu);
+    m1 = int((m >> 8) & 0xFFu);
+}
+
 // Signed 6-bit scale s (0..15) of Q3_K, in [-32, 31].
 QINFER_HD inline int q3_K_scale(const uint8_t* scales, int s) {
     const int lo4 = s < 8 ? (scales[s] & 0xF) : (scales[s - 8] >> 4);

@@ -56,7 +56,7 @@ template <> __device__ void hunpack<GgmlType::Q4_K>(const WArgs& w, int64_t row,
     for (int gg = 0; gg < 2; ++gg) {
         const int g = 2 * h + gg;
         int sc0, m0, sc1, m1;
-        scale_min_k4_pair(g, hd.y, hd.z, hd.w, sc0, m0, sc1, m1);
+        get_scale_min_k4_pair(g, hd.y, hd.z, hd.w, sc0, m0, sc1, m1);
         const __half2 s0 = __float2half2_rn(float(sc0)), s1 = __float2half2_rn(float(sc1));
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
@@ -80,7 +80,7 @@ template <> __device__ void hunpack<GgmlType::Q5_K>(const WArgs& w, int64_t row,
     for (int gg = 0; gg < 2; ++gg) {
         const int g = 2 * h + gg;
         int sc0, m0, sc1, m1;
-        scale_min_k4_pair(g, hd.y, hd.z, hd.w, sc0, m0, sc1, m1);
+        get_scale_min_k4_pair(g, hd.y, hd.z, hd.w, sc0, m0, sc1, m1);
         const __half2 s0 = __float2half2_rn(float(sc0)), s1 = __float2half2_rn(float(sc1));
 #pragma unroll
         for (int c = 0; c < 2; ++c) {

@@ -51,26 +51,6 @@ __device__ __forceinline__ void scale_min_k4(int j, int w0, int w1, int w2, int&
         m = (sbyte(w0, w1, w2, j + 4) >> 4) | ((sbyte(w0, w1, w2, j) >> 6) << 4);
     }
 }
-// get_scale_min_k4 of sub-blocks 2g and 2g + 1 (g = 0..3) at once, without
-// branches: j < 4 takes the low six bits of bytes j / j+4; j >= 4 puts
-// together nibbles of byte j+4 and the top bits of bytes j-4 / j. The two
-// sub-blocks' bytes are neighbours in each of the three words, so both come
-// from one 16-bit pair with byte-wise masks (no shift carries a bit into a
-// byte that keeps it), the two forms joined by selects. Two calls of a one-j
-// form took about twice the instructions, compiled to branches that diverge
-// (g differs between a warp's lanes).
-__device__ __forceinline__ void scale_min_k4_pair(int g, int w0, int w1, int w2, int& sc0, int& m0, int& sc1,
-                                                  int& m1) {
-    const int k = 16 * (g & 1);
-    const uint32_t y = uint32_t(w0) >> k, z = uint32_t(w1) >> k, w = uint32_t(w2) >> k;
-    const uint32_t sc_lo = y & 0x3F3Fu, m_lo = z & 0x3F3Fu;
-    const uint32_t sc_hi = (w & 0x0F0Fu) | ((y >> 2) & 0x3030u), m_hi = ((w >> 4) & 0x0F0Fu) | ((z >> 2) & 0x3030u);
-    const uint32_t sc = g >= 2 ? sc_hi : sc_lo, m = g >= 2 ? m_hi : m_lo;
-    sc0 = int(sc & 0xFFu);
-    sc1 = int((sc >> 8) & 0xFFu);
-    m0 = int(m & 0xFFu);
-    m1 = int((m >> 8) & 0xFFu);
-}
 
 // Signed byte i (0..15) of a 16-byte register value (no local-memory indexing).
 __device__ __forceinline__ int sbyte16(const int4 v, int i) {
@@ -191,7 +171,7 @@ template <> struct QDot<GgmlType::Q4_K> {
         const int g = u >> 1, c = u & 1;
         const int4 q = ld16(b + 16 + 32 * g + 16 * c);
         int sc0, m0, sc1, m1;
-        scale_min_k4_pair(g, hd.y, hd.z, hd.w, sc0, m0, sc1, m1);
+        get_scale_min_k4_pair(g, hd.y, hd.z, hd.w, sc0, m0, sc1, m1);
         const float dw = h2f(uint16_t(hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(hd.x) >> 16));
         const int4 lo = and4(q, 0x0F0F0F0F), hi = and4(shr4(q, 4), 0x0F0F0F0F);
         const int e = 256 * int(jb) + 64 * g + 16 * c;  // first element of the low part
@@ -217,7 +197,7 @@ template <> struct QDot<GgmlType::Q5_K> {
         const int4 qh = ld16(b + 16 + 16 * c);
         const int4 q = ld16(b + 48 + 32 * g + 16 * c);
         int sc0, m0, sc1, m1;
-        scale_min_k4_pair(g, hd.y, hd.z, hd.w, sc0, m0, sc1, m1);
+        get_scale_min_k4_pair(g, hd.y, hd.z, hd.w, sc0, m0, sc1, m1);
         const float dw = h2f(uint16_t(hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(hd.x) >> 16));
         // bit 2g (low nibbles) / 2g+1 (high nibbles) of each qh byte becomes bit 4 of the quant
         const int4 bl = and4(shr4(qh, 2 * g), 0x01010101), bh = and4(shr4(qh, 2 * g + 1), 0x01010101);
@@ -323,7 +303,7 @@ template <> struct RowUnit<GgmlType::Q4_K> {
     __device__ static float scaled(const int4& hd, const int4& lo, const int4& hi, const A& a, int u) {
         const int g = (u & 7) >> 1, c = u & 1;
         int sc0, m0, sc1, m1;
-        scale_min_k4_pair(g, hd.y, hd.z, hd.w, sc0, m0, sc1, m1);
+        get_scale_min_k4_pair(g, hd.y, hd.z, hd.w, sc0, m0, sc1, m1);
         const float dw = h2f(uint16_t(hd.x & 0xFFFF)), dmin = h2f(uint16_t(uint32_t(hd.x) >> 16));
         const int s0 = dot16(lo, a.a0, 0);
         const int s1 = dot16(hi, a.a1, 0);
