@@ -54,6 +54,17 @@ struct Smem {
 // thread half h (0, 1) does half of it.
 template <GgmlType TY> __device__ void unpack_row(const WArgs& w, int64_t row, int64_t kb, int nblk, int h, Smem& s, int r);
 
+// The eight scales and mins, d and dmin of a Q4_K / Q5_K header (hd: its
+// first 16 bytes) into row r of the stage.
+__device__ __forceinline__ void store_k4_header(Smem& s, int r, const int4& hd) {
+#pragma unroll
+    for (int g = 0; g < 4; ++g)
+        get_scale_min_k4_pair(g, hd.y, hd.z, hd.w, s.sc[r][2 * g], s.mn[r][2 * g], s.sc[r][2 * g + 1],
+                              s.mn[r][2 * g + 1]);
+    s.dw[r][0] = h2f(uint16_t(hd.x & 0xFFFF));
+    s.dmin[r] = h2f(uint16_t(uint32_t(hd.x) >> 16));
+}
+
 template <> __device__ void unpack_row<GgmlType::Q4_K>(const WArgs& w, int64_t row, int64_t kb, int, int h, Smem& s, int r) {
     const uint8_t* b = w.base + 144 * (row * w.bpr + kb);
     const int4 hd = ld16(b);
@@ -68,17 +79,7 @@ template <> __device__ void unpack_row<GgmlType::Q4_K>(const WArgs& w, int64_t r
             *reinterpret_cast<int4*>(&s.a[r][64 * g + 32 + 16 * c]) = hi;
         }
     }
-    if (h == 0) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            int sc, m;
-            scale_min_k4(j, hd.y, hd.z, hd.w, sc, m);
-            s.sc[r][j] = sc;
-            s.mn[r][j] = m;
-        }
-        s.dw[r][0] = h2f(uint16_t(hd.x & 0xFFFF));
-        s.dmin[r] = h2f(uint16_t(uint32_t(hd.x) >> 16));
-    }
+    if (h == 0) store_k4_header(s, r, hd);
 }
 
 template <> __device__ void unpack_row<GgmlType::Q5_K>(const WArgs& w, int64_t row, int64_t kb, int, int h, Smem& s, int r) {
@@ -98,17 +99,7 @@ template <> __device__ void unpack_row<GgmlType::Q5_K>(const WArgs& w, int64_t r
             *reinterpret_cast<int4*>(&s.a[r][64 * g + 32 + 16 * c]) = hi;
         }
     }
-    if (h == 0) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            int sc, m;
-            scale_min_k4(j, hd.y, hd.z, hd.w, sc, m);
-            s.sc[r][j] = sc;
-            s.mn[r][j] = m;
-        }
-        s.dw[r][0] = h2f(uint16_t(hd.x & 0xFFFF));
-        s.dmin[r] = h2f(uint16_t(uint32_t(hd.x) >> 16));
-    }
+    if (h == 0) store_k4_header(s, r, hd);
 }
 
 // Q6_K: quants stored as q - 32 (signed), 16 sub-blocks of 16 with int8 scales.

@@ -36,22 +36,6 @@ __device__ __forceinline__ int4 or4(int4 a, int4 b) { return make_int4(a.x | b.x
 // positions (bit 8 lands on byte 1, bit 9 on byte 2, ...).
 __device__ __forceinline__ int spread4(uint32_t x) { return int((((x & 0xFu) * 0x00204081u) & 0x01010101u) << 4); }
 
-// Byte i (0..11) of the 12 packed Q4_K / Q5_K scale bytes held in three words.
-__device__ __forceinline__ int sbyte(int w0, int w1, int w2, int i) {
-    const int w = i < 4 ? w0 : (i < 8 ? w1 : w2);
-    return (uint32_t(w) >> (8 * (i & 3))) & 0xFF;
-}
-// get_scale_min_k4 over the three words (j known at compile time: the branch folds).
-__device__ __forceinline__ void scale_min_k4(int j, int w0, int w1, int w2, int& sc, int& m) {
-    if (j < 4) {
-        sc = sbyte(w0, w1, w2, j) & 63;
-        m = sbyte(w0, w1, w2, j + 4) & 63;
-    } else {
-        sc = (sbyte(w0, w1, w2, j + 4) & 0xF) | ((sbyte(w0, w1, w2, j - 4) >> 6) << 4);
-        m = (sbyte(w0, w1, w2, j + 4) >> 4) | ((sbyte(w0, w1, w2, j) >> 6) << 4);
-    }
-}
-
 // Signed byte i (0..15) of a 16-byte register value (no local-memory indexing).
 __device__ __forceinline__ int sbyte16(const int4 v, int i) {
     const int w = i < 8 ? (i < 4 ? v.x : v.y) : (i < 12 ? v.z : v.w);
