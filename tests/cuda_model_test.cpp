@@ -481,6 +481,61 @@ INSTANTIATE_TEST_SUITE_P(Reference, CudaGreedy,
                                            "large/tiny-qwen2.f16"),
                          param_name);
 
+// Pipelined greedy decoding on the GPU: steps submitted one ahead, each fed the
+// previous step's picks by a device copy inside the recorded input graph, give
+// the ids of forward_argmax one step at a time (recorded and replayed step
+// graphs on both sides), for one sequence and for two in one step.
+class CudaPipelined : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaPipelined, ChainedStepsEqualForwardArgmax) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const std::string path = test::reference_path(GetParam());
+    QINFER_SKIP_WITHOUT_REFERENCE_FILE(path);
+    ModelOptions opt = options(64);
+    opt.n_slots = 2;
+    constexpr int kSteps = 12;
+    for (int seqs : {1, 2}) {
+        auto sync = load_gpu(path, opt), piped = load_gpu(path, opt);
+        auto prompt = [&](Model& m) {
+            Batch b;
+            for (int s = 0; s < seqs; ++s)
+                for (size_t i = 0; i < kS7.size(); ++i) b.add(kS7[(i + size_t(s)) % kS7.size()], int32_t(i), s, i + 1 == kS7.size());
+            std::vector<int32_t> first;
+            m.forward_argmax(b, first);
+            return first;
+        };
+        const std::vector<int32_t> first = prompt(*sync);
+        ASSERT_EQ(prompt(*piped), first);
+        const int32_t p0 = int32_t(kS7.size());
+        std::vector<std::vector<int32_t>> want, got;
+        std::vector<int32_t> tok = first;
+        for (int i = 0; i < kSteps; ++i) {
+            Batch b;
+            for (int s = 0; s < seqs; ++s) b.add(tok[size_t(s)], p0 + i, s, true);
+            sync->forward_argmax(b, tok);
+            want.push_back(tok);
+        }
+        for (int i = 0; i < kSteps; ++i) {
+            Batch b;
+            for (int s = 0; s < seqs; ++s) b.add(i == 0 ? first[size_t(s)] : 0, p0 + i, s, true);
+            piped->submit_argmax(b, i > 0);
+            if (piped->uncollected() == Model::kMaxSubmitted) {
+                got.emplace_back();
+                piped->collect_argmax(got.back());
+            }
+        }
+        while (piped->uncollected() > 0) {
+            got.emplace_back();
+            piped->collect_argmax(got.back());
+        }
+        EXPECT_EQ(got, want) << seqs << " sequence(s)";
+        EXPECT_EQ(piped->slot_length(0), p0 + kSteps);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, CudaPipelined,
+                         ::testing::Values("tiny-qwen35.q4_k_m.gguf", "tiny-qwen3.q4_k_m.gguf"), param_name);
+
 // forward_top on the GPU: each decode step's candidates (selected on the
 // device, recorded in the step graph and replayed) are the best of the logits
 // the same step gives on another slot, values bit for bit.

@@ -277,6 +277,84 @@ TEST_P(Consistency, ForwardArgmaxPicksTheLargestLogit) {
     EXPECT_EQ(m->slot_length(1), int(kPrompt.size()) + 1);
 }
 
+// Pipelined greedy decoding: steps submitted one ahead, each fed the previous
+// step's picks on the backend (chain), give the ids forward_argmax gives one
+// step at a time, on one backend and with the embedding and head on two (the
+// host then carries the picks over); misuse is an error, not a wrong token.
+TEST_P(Consistency, SubmittedChainedStepsEqualForwardArgmax) {
+    auto one = Model::load(model_path(GetParam()), options());
+    const int64_t L = one->hparams().n_layer;
+    Placement pl;
+    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(1)));
+    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(1)));
+    for (int64_t il = 0; il < L; ++il) pl.layer.push_back(il < L / 2 ? 0 : 1);
+    pl.embed = 0;
+    pl.head = 1;
+    auto split = Model::load(model_path(GetParam()), options(), std::move(pl));
+    const int P = 6, N = 10;
+    // Two sequences (slots 0 and 1) from different prompts, decoded together.
+    auto prompt = [&](Model& m, std::vector<int32_t>& first) {
+        Batch b;
+        for (int s = 0; s < 2; ++s)
+            for (int i = 0; i < P; ++i) b.add(kPrompt[size_t(s * P + i)], i, s, i == P - 1);
+        m.forward_argmax(b, first);
+    };
+    std::vector<int32_t> first;
+    prompt(*one, first);
+    ASSERT_EQ(first.size(), 2u);
+    std::vector<std::vector<int32_t>> want;  // picks of decode steps 0..N-1, one step at a time
+    std::vector<int32_t> tok = first;
+    for (int i = 0; i < N; ++i) {
+        Batch b;
+        for (int s = 0; s < 2; ++s) b.add(tok[size_t(s)], P + i, s, true);
+        one->forward_argmax(b, tok);
+        want.push_back(tok);
+    }
+    for (Model* m : {one.get(), split.get()}) {
+        m->clear_slot(0);
+        m->clear_slot(1);
+        std::vector<int32_t> f;
+        prompt(*m, f);
+        ASSERT_EQ(f, first);
+        std::vector<std::vector<int32_t>> got;
+        for (int i = 0; i < N; ++i) {
+            Batch b;
+            for (int s = 0; s < 2; ++s) b.add(i == 0 ? f[size_t(s)] : 0, P + i, s, true);
+            m->submit_argmax(b, i > 0);
+            if (m->uncollected() == Model::kMaxSubmitted) {
+                got.emplace_back();
+                m->collect_argmax(got.back());
+            }
+        }
+        while (m->uncollected() > 0) {
+            got.emplace_back();
+            m->collect_argmax(got.back());
+        }
+        EXPECT_EQ(got, want) << GetParam() << (m == one.get() ? " (one backend)" : " (two backends)");
+        EXPECT_EQ(m->slot_length(0), P + N);
+    }
+    // Misuse.
+    std::vector<int32_t> ids;
+    EXPECT_THROW(one->collect_argmax(ids), Error);  // nothing submitted
+    Batch b3;
+    for (int s = 0; s < 3; ++s) b3.add(0, P + N, s, true);
+    EXPECT_THROW(one->submit_argmax(b3, true), Error);  // three rows after a step of two
+    EXPECT_EQ(one->slot_length(0), P + N);              // and nothing ran
+    Batch b2;
+    for (int s = 0; s < 2; ++s) b2.add(5, P + N + 0, s, true);
+    one->submit_argmax(b2, false);
+    b2.pos = {P + N + 1, P + N + 1};
+    one->submit_argmax(b2, true);
+    b2.pos = {P + N + 2, P + N + 2};
+    EXPECT_THROW(one->submit_argmax(b2, true), Error);  // a third uncollected step
+    one->collect_argmax(ids);
+    one->collect_argmax(ids);
+    std::vector<float> logits;
+    one->forward(b2, logits);
+    b2.pos = {P + N + 3, P + N + 3};
+    EXPECT_THROW(one->submit_argmax(b2, true), Error);  // another step ran since
+}
+
 // forward_top's candidates are the best logits of the rows forward() returns,
 // in the sampler's order (larger first, the lower id among equals), with
 // their exact values; a batch that needs several head chunks, too.

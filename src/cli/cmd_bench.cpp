@@ -26,6 +26,7 @@
 
 #include "cli/commands.h"
 #include "cli/run_options.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/platform.h"
 #include "common/thread_pool.h"
@@ -217,14 +218,23 @@ std::pair<double, double> run_once(Model& model, Rng& rng, int n_vocab, const Ro
         return {1000.0 * row.n_prompt / ms, ms};
     }
     // Greedy decoding, as `qinfer run --temp 0` does it: the backend picks the
-    // next token of each sequence (Model::forward_argmax).
+    // next token of each sequence, and each step is queued while the one
+    // before it runs, fed that step's picks on the device (Model::submit_argmax;
+    // QINFER_DECODE_PIPELINE=0: one Model::forward_argmax at a time).
+    static const bool pipelined = env_int("QINFER_DECODE_PIPELINE", 0, 1, 1) != 0;
     std::vector<int32_t> tok(static_cast<size_t>(B));
     for (int32_t& t : tok) t = int32_t(rng.next() % uint64_t(n_vocab));
     for (int i = 0; i < row.n_gen; i++) {
         b.clear();
-        for (int s = 0; s < B; s++) b.add(tok[size_t(s)], row.depth + i, s, true);
-        model.forward_argmax(b, tok);
+        for (int s = 0; s < B; s++) b.add(pipelined && i > 0 ? 0 : tok[size_t(s)], row.depth + i, s, true);
+        if (!pipelined) {
+            model.forward_argmax(b, tok);
+            continue;
+        }
+        model.submit_argmax(b, i > 0);
+        if (model.uncollected() == Model::kMaxSubmitted) model.collect_argmax(tok);
     }
+    while (model.uncollected() > 0) model.collect_argmax(tok);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     return {1000.0 * row.n_gen * B / ms, 0.0};
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <set>
 
@@ -31,11 +32,6 @@ const ArchDef& arch_def(Arch a) {
 
 namespace {
 
-// LM-head rows per matmul: bounds the logits buffer ([V, 64] f32, 64 MiB at
-// V = 248k). A forward pass that wants more rows runs without a step graph
-// (it reads logits back between chunks), so this also sets the largest decode
-// batch (-np) that replays as one graph.
-constexpr int64_t kHeadChunk = 64;
 // Steps of more tokens (prompt chunks) run as issued, never recorded as step
 // graphs: recording a 512-token step cost ~11 ms once and replays saved ~0.5 ms
 // each (pp512 repetitions 14.3k then 20.8k tok/s, unrecorded 20.3k throughout,
@@ -52,6 +48,9 @@ public:
     const ModelOptions& options() const override { return opt_; }
     void forward(const Batch& batch, std::vector<float>& logits) override { step(batch, {&logits, nullptr, 0}); }
     void forward_argmax(const Batch& batch, std::vector<int32_t>& ids) override { step(batch, {nullptr, &ids, 0}); }
+    void submit_argmax(const Batch& batch, bool chain) override;
+    void collect_argmax(std::vector<int32_t>& ids) override;
+    int uncollected() const override { return int(submitted_.size()); }
     void forward_top(const Batch& batch, int n, std::vector<float>& logits, std::vector<int32_t>& ids) override {
         if (n < 1 || n > kMaxTop) fail(strfmt("model: %d candidates per row (1..%d)", n, kMaxTop));
         step(batch, {&logits, &ids, int(std::min<int64_t>(n, hp_.n_vocab))});
@@ -101,6 +100,8 @@ private:
         std::vector<float>* logits;
         std::vector<int32_t>* ids;
         int top;
+        bool submit = false;  // ids by read_async into submitted_ (ids is null)
+        bool chain = false;   // tokens from the last submitted step's picks
     };
     void step(const Batch& batch, HeadOut out);
     void prepare_step(int bi, const Batch& batch, const std::vector<StepInfo::Segment>& segs);
@@ -119,6 +120,21 @@ private:
     std::unique_ptr<Dumper> dumper_;
     std::unique_ptr<PromptOffload> offload_;
     uint64_t offloaded_batches_ = 0;
+
+    // submit_argmax's steps in submission order: the head backend's read of
+    // their picks, or the ids once the host has them.
+    struct Submitted {
+        uint64_t ticket = 0;
+        std::vector<int32_t> ids;
+        bool have_ids = false;
+    };
+    std::deque<Submitted> submitted_;
+    // Rows of the latest step if it was a submit_argmax (its picks are still in
+    // the head's buffer and may feed a chained step), else -1; the host copy of
+    // those picks once collected.
+    int64_t chainable_rows_ = -1;
+    std::vector<int32_t> last_picks_;
+    void take_ids(Submitted& s);
 
     // QINFER_STEP_TIMES=1: wall time per backend run (CPU runs compute as they
     // are issued; a GPU run's time is mostly the wait for its results at the
@@ -317,6 +333,7 @@ void TransformerModel::step(const Batch& batch, HeadOut out) {
     const int top = out.top;
     std::vector<float>* logits = top ? nullptr : out.logits;
     std::vector<int32_t>* ids = top ? nullptr : out.ids;
+    const bool picks = ids || out.submit;  // the head's argmax runs
     const std::vector<StepInfo::Segment> segs = validate(batch);
     const int T = int(batch.size());
     const int64_t V = hp_.n_vocab;
@@ -330,7 +347,28 @@ void TransformerModel::step(const Batch& batch, HeadOut out) {
     //    the first op, into buffers whose addresses never change.
     for (size_t bi = 0; bi < pb_.size(); ++bi)
         if (used_[bi]) prepare_step(int(bi), batch, segs);
-    backend(placement_.embed).write(pb_[size_t(placement_.embed)].ids, batch.tokens.data(), size_t(T) * 4);
+    if (out.submit && n_out > kHeadChunk)
+        fail(strfmt("model: %lld rows of ids in one submitted step (at most %d)", (long long)n_out, kHeadChunk));
+    if (out.submit && int(submitted_.size()) >= kMaxSubmitted)
+        fail(strfmt("model: %d steps submitted and not collected (at most %d)", int(submitted_.size()), kMaxSubmitted));
+    const int64_t chain_rows = chainable_rows_;
+    chainable_rows_ = -1;  // whatever happens below, this step's head overwrites the picks
+    if (out.chain) {
+        if (chain_rows != T || n_out != T)
+            fail(strfmt("model: a chained step of %d tokens (%lld want logits) after a step of %lld rows", T,
+                        (long long)n_out, (long long)chain_rows));
+        if (placement_.embed == placement_.head) {
+            // The device copies them: the host need not have seen these tokens.
+            Backend& be = backend(placement_.embed);
+            be.copy(view(pb_[size_t(placement_.head)].picks, {T}, {}), view(pb_[size_t(placement_.embed)].ids, {T}, {}));
+        } else {
+            if (!submitted_.empty()) take_ids(submitted_.back());
+            const std::vector<int32_t>& prev = submitted_.empty() ? last_picks_ : submitted_.back().ids;
+            backend(placement_.embed).write(pb_[size_t(placement_.embed)].ids, prev.data(), size_t(T) * 4);
+        }
+    } else {
+        backend(placement_.embed).write(pb_[size_t(placement_.embed)].ids, batch.tokens.data(), size_t(T) * 4);
+    }
     if (n_out > 0) backend(placement_.head).write(pb_[size_t(placement_.head)].rows, rows.data(), size_t(n_out) * 4);
 
     // 2. Ops. Each run of consecutive stages on one backend is one step graph
@@ -341,7 +379,7 @@ void TransformerModel::step(const Batch& batch, HeadOut out) {
     const bool graphs = !dumper_ && !offload && n_out <= kHeadChunk;
     const bool record = T <= kGraphMaxTokens;
     const uint64_t shape = uint64_t(T) | uint64_t(segs.size()) << 20 | uint64_t(n_out) << 40 |
-                           uint64_t(top) << 47 | uint64_t(ids ? 1 : 0) << 63;  // n_out <= 64, top <= 256
+                           uint64_t(top) << 47 | uint64_t(picks ? 1 : 0) << 63;  // n_out <= 64, top <= 256
     int cur = -1, run = 0;
     bool issue = true;  // false: the backend replays a recording of this run
     auto t_run = std::chrono::steady_clock::now();
@@ -434,14 +472,21 @@ void TransformerModel::step(const Batch& batch, HeadOut out) {
             be.rms_norm(xo, output_norm_, hp_.rms_eps, xo);
             if (dumper_) dumper_->write(-1, "result_norm", xo);
             be.matmul(output_, xo, lg, &output_b_);
-            if (ids) be.argmax(lg, view(p.picks, {n}, {}));
+            if (picks) be.argmax(lg, view(p.picks, {n}, {}));
             if (top) be.top_k(lg, view(p.top_logits, {top, n}, {}), view(p.top_ids, {top, n}, {}));
         }
-        if (!graphs) read_out(r0, n);
+        if (!graphs && !out.submit) read_out(r0, n);
     }
     if (graphs) {
         be.end_graph();
-        if (n_out > 0) read_out(0, n_out);
+        if (n_out > 0 && !out.submit) read_out(0, n_out);
+    }
+    if (out.submit) {
+        Submitted sub;
+        sub.ticket = be.read_async(p.picks, size_t(n_out) * 4);
+        sub.ids.resize(size_t(n_out));
+        submitted_.push_back(std::move(sub));
+        chainable_rows_ = n_out;
     }
     abort_guard.armed = false;
     if (time_runs_) {
@@ -449,6 +494,28 @@ void TransformerModel::step(const Batch& batch, HeadOut out) {
         ++timed_steps_[T <= 8 ? 0 : 1];
     }
     for (const StepInfo::Segment& sg : segs) state_->set_length(sg.slot, sg.pos0 + sg.count);
+}
+
+void TransformerModel::submit_argmax(const Batch& batch, bool chain) {
+    HeadOut out{nullptr, nullptr, 0};
+    out.submit = true;
+    out.chain = chain;
+    step(batch, out);
+}
+
+void TransformerModel::take_ids(Submitted& s) {
+    if (s.have_ids) return;
+    s.have_ids = true;  // a failed wait is not retried
+    backend(placement_.head).finish_read(s.ticket, s.ids.data());
+}
+
+void TransformerModel::collect_argmax(std::vector<int32_t>& ids) {
+    if (submitted_.empty()) fail("model: collect_argmax without a submitted step");
+    Submitted s = std::move(submitted_.front());
+    submitted_.pop_front();
+    take_ids(s);
+    if (submitted_.empty()) last_picks_ = s.ids;
+    ids = std::move(s.ids);
 }
 
 std::string TransformerModel::backend_description() const {
@@ -474,6 +541,29 @@ std::string TransformerModel::backend_description() const {
 }
 
 }  // namespace
+
+void Model::submit_argmax(const Batch& batch, bool chain) {
+    if (int(ran_.size()) >= kMaxSubmitted)
+        fail(strfmt("model: %d steps submitted and not collected (at most %d)", int(ran_.size()), kMaxSubmitted));
+    std::vector<int32_t> ids;
+    if (chain) {
+        const std::vector<int32_t>& prev = ran_.empty() ? last_submitted_ : ran_.back();
+        if (prev.size() != batch.size()) fail("model: a chained step needs one pick per token from the step before");
+        Batch b = batch;
+        b.tokens = prev;
+        forward_argmax(b, ids);
+    } else {
+        forward_argmax(batch, ids);
+    }
+    last_submitted_ = ids;
+    ran_.push_back(std::move(ids));
+}
+
+void Model::collect_argmax(std::vector<int32_t>& ids) {
+    if (ran_.empty()) fail("model: collect_argmax without a submitted step");
+    ids = std::move(ran_.front());
+    ran_.pop_front();
+}
 
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& requested, Placement placement) {
     ModelOptions opt = requested;

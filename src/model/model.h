@@ -3,6 +3,7 @@
 // at load (placement); the engine and the scheduler never see kernels.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,6 +99,28 @@ public:
     virtual void forward_top(const Batch& batch, int n, std::vector<float>& logits, std::vector<int32_t>& ids) = 0;
     static constexpr int kMaxTop = 256;
 
+    // Pipelined greedy decoding. submit_argmax queues the step forward_argmax
+    // runs and returns without waiting for it; collect_argmax waits for the
+    // oldest submitted step not yet collected and gives its ids. With `chain`,
+    // the tokens of the batch are the ids the previous submitted step picked,
+    // row for row (batch.tokens is not read: that step had one row per token of
+    // this batch, every one of which wants logits, and no other step ran in
+    // between). A GPU then runs step after step while the host collects each
+    // one's ids during the next, instead of idling while the host reads a token
+    // and queues the step that consumes it. At most kMaxSubmitted steps may be
+    // uncollected, and at most kHeadChunk rows per step. A step that fails to
+    // submit throws and changes nothing.
+    // The defaults run each step at once through forward_argmax.
+    virtual void submit_argmax(const Batch& batch, bool chain);
+    virtual void collect_argmax(std::vector<int32_t>& ids);
+    virtual int uncollected() const { return int(ran_.size()); }  // submitted steps not yet collected
+    static constexpr int kMaxSubmitted = 2;
+    // LM-head rows per matmul: bounds the logits buffer ([V, 64] f32, 64 MiB at
+    // V = 248k). A forward pass that wants more rows runs without a step graph
+    // (it reads logits back between chunks), so this also sets the largest
+    // decode batch (-np) that replays as one graph.
+    static constexpr int kHeadChunk = 64;
+
     // Forgets a slot's history (KV length 0, recurrent state zero).
     virtual void clear_slot(int slot) = 0;
     // Tokens currently held by a slot.
@@ -119,6 +142,10 @@ public:
     virtual bool layers_on_host() const = 0;
     // Long prompts run host-memory layers on a GPU (Placement::offload).
     virtual bool offloads_prompts() const = 0;
+
+private:
+    std::deque<std::vector<int32_t>> ran_;  // the default submit_argmax's ids, uncollected
+    std::vector<int32_t> last_submitted_;   // and those of the latest submitted step
 };
 
 }  // namespace qinfer

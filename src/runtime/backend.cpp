@@ -132,6 +132,21 @@ void copy_between(const Tensor& src, const Tensor& dst) {
 
 namespace qinfer {
 
+uint64_t Backend::read_async(const Tensor& src, size_t bytes, size_t offset) {
+    std::vector<uint8_t> copy(bytes);
+    read(src, copy.data(), bytes, offset);
+    const uint64_t ticket = next_ticket_++;
+    early_reads_.emplace(ticket, std::move(copy));
+    return ticket;
+}
+
+void Backend::finish_read(uint64_t ticket, void* dst) {
+    const auto it = early_reads_.find(ticket);
+    if (it == early_reads_.end()) fail(strfmt("%s: no read with ticket %llu", name().c_str(), (unsigned long long)ticket));
+    if (!it->second.empty()) std::memcpy(dst, it->second.data(), it->second.size());
+    early_reads_.erase(it);
+}
+
 void Backend::argmax(const Tensor& logits, const Tensor& ids) {
     const int64_t V = logits.ne[0], T = logits.ne[1];
     if (ids.type != GgmlType::I32 || ids.ne[0] < T || logits.type != GgmlType::F32)

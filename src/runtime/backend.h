@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -128,6 +129,13 @@ public:
     virtual void write(const Tensor& dst, const void* src, size_t bytes, size_t offset = 0) = 0;
     virtual void read(const Tensor& src, void* dst, size_t bytes, size_t offset = 0) = 0;
     virtual void fill_zero(const Tensor& t) = 0;  // contiguous tensor
+    // A read that need not wait: read_async takes `bytes` bytes of src as the
+    // work enqueued before it leaves them (work enqueued after it may overwrite
+    // src) and returns at once with a ticket; finish_read(ticket, dst) waits for
+    // that copy and delivers it, once per ticket. The default reads at once (a
+    // backend whose ops have run when they return).
+    virtual uint64_t read_async(const Tensor& src, size_t bytes, size_t offset = 0);
+    virtual void finish_read(uint64_t ticket, void* dst);
     // Waits for all enqueued work.
     virtual void synchronize() = 0;
 
@@ -235,6 +243,11 @@ public:
     // After an error between begin_graph and end_graph: drop the half-issued
     // step so the backend is usable again (the step did not happen).
     virtual void abort_graph() {}
+
+private:
+    // read_async's copies for the default form, by ticket.
+    std::map<uint64_t, std::vector<uint8_t>> early_reads_;
+    uint64_t next_ticket_ = 1;
 };
 
 // Copies the contiguous tensor src to dst, which may live on another backend

@@ -190,6 +190,10 @@ CudaBackend::~CudaBackend() {
         if (staging_[i]) cudaFreeHost(staging_[i]);
         if (staging_done_[i]) cudaEventDestroy(staging_done_[i]);
     }
+    for (AsyncRead& r : async_reads_) {
+        if (r.pinned) cudaFreeHost(r.pinned);
+        if (r.done) cudaEventDestroy(r.done);
+    }
     for (const auto& r : pinned_ranges_) cudaHostUnregister(const_cast<uint8_t*>(r.first));
     if (raw_stage_) cudaFree(raw_stage_);
     if (streamed_) cudaEventDestroy(streamed_);
@@ -476,6 +480,43 @@ void CudaBackend::read(const Tensor& src, void* dst, size_t bytes, size_t offset
     QINFER_CUDA_CHECK(cudaMemcpyAsync(dst, static_cast<const uint8_t*>(src.data) + offset, bytes,
                                       cudaMemcpyDeviceToHost, stream_));
     QINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+uint64_t CudaBackend::read_async(const Tensor& src, size_t bytes, size_t offset) {
+    check_ours(src, "read_async");
+    if (in_keyed_) fail("CUDA: read_async() inside a recorded step");
+    chain_break();
+    flush();
+    AsyncRead* slot = nullptr;
+    for (AsyncRead& r : async_reads_)
+        if (r.ticket == 0 && r.capacity >= bytes) slot = &r;
+    if (!slot) {
+        if (async_reads_.size() >= 16) fail("CUDA: more than 16 unfinished read_async()");
+        AsyncRead r;
+        r.capacity = std::max<size_t>(bytes, 256);
+        QINFER_CUDA_CHECK(cudaMallocHost(&r.pinned, r.capacity));
+        QINFER_CUDA_CHECK(cudaEventCreateWithFlags(&r.done, cudaEventDisableTiming));
+        async_reads_.push_back(r);
+        slot = &async_reads_.back();
+    }
+    if (bytes > 0)
+        QINFER_CUDA_CHECK(cudaMemcpyAsync(slot->pinned, static_cast<const uint8_t*>(src.data) + offset, bytes,
+                                          cudaMemcpyDeviceToHost, stream_));
+    QINFER_CUDA_CHECK(cudaEventRecord(slot->done, stream_));
+    slot->bytes = bytes;
+    slot->ticket = next_read_ticket_++;
+    return slot->ticket;
+}
+
+void CudaBackend::finish_read(uint64_t ticket, void* dst) {
+    for (AsyncRead& r : async_reads_) {
+        if (r.ticket != ticket || ticket == 0) continue;
+        r.ticket = 0;  // free again, whatever happens below
+        QINFER_CUDA_CHECK(cudaEventSynchronize(r.done));
+        if (r.bytes > 0) std::memcpy(dst, r.pinned, r.bytes);
+        return;
+    }
+    fail(strfmt("%s: no read with ticket %llu", name_.c_str(), (unsigned long long)ticket));
 }
 
 void CudaBackend::fill_zero(const Tensor& t) {

@@ -35,6 +35,8 @@ public:
     Tensor upload_weight(const gguf::TensorInfo& ti) override;
     void write(const Tensor& dst, const void* src, size_t bytes, size_t offset) override;
     void read(const Tensor& src, void* dst, size_t bytes, size_t offset) override;
+    uint64_t read_async(const Tensor& src, size_t bytes, size_t offset) override;
+    void finish_read(uint64_t ticket, void* dst) override;
     void fill_zero(const Tensor& t) override;
     void synchronize() override;
 
@@ -263,6 +265,16 @@ private:
     std::string next_label_;    // a more specific label for the next enqueue (matmul)
     std::map<std::string, ProfileStat> profile_stats_;
     std::vector<cudaEvent_t> profile_events_;
+    // read_async's copies: pinned landing buffers, each with the event that
+    // marks its copy done; a slot is free again once its ticket is finished.
+    struct AsyncRead {
+        void* pinned = nullptr;
+        size_t capacity = 0, bytes = 0;
+        cudaEvent_t done = nullptr;
+        uint64_t ticket = 0;  // 0: free
+    };
+    std::vector<AsyncRead> async_reads_;
+    uint64_t next_read_ticket_ = 1;
     int* hold_flag_ = nullptr;  // host-mapped; see cuda::hold_until
     int* hold_flag_dev_ = nullptr;
     int hold_value_ = 0;
