@@ -124,6 +124,65 @@ TEST_F(EngineTest, CallbackStopsAndStreamsText) {
     EXPECT_EQ(res.text, streamed);
 }
 
+// Greedy decoding runs pipelined (each step queued before the previous pick
+// reaches the host): the same tokens, text and finish reason as one step at a
+// time (QINFER_DECODE_PIPELINE=0) whichever way generation ends, and a slot
+// that took the extra step's token still continues exactly.
+TEST_F(EngineTest, PipelinedDecodeEqualsOneStepAtATime) {
+    std::vector<int32_t> long_prompt;
+    while (long_prompt.size() < 250) long_prompt.insert(long_prompt.end(), kPrompt.begin(), kPrompt.end());
+    long_prompt.resize(250);
+    struct Case {
+        const char* what;
+        GenerateRequest req;
+        int cancel_after;  // 0: never
+    };
+    std::vector<Case> cases = {{"limit", greedy(kPrompt, 16), 0},
+                               {"one token", greedy(kPrompt, 1), 0},
+                               {"context end", greedy(long_prompt, 50), 0},
+                               {"callback", greedy(kPrompt, 30), 3}};
+    cases[0].req.stop_at_eog = true;
+    auto run = [&](const Case& c, bool pipelined) {
+        test::set_env("QINFER_DECODE_PIPELINE", pipelined ? "1" : "0");
+        GenerateRequest r = c.req;
+        r.reuse_cache = false;
+        int n = 0;
+        GenerateCallbacks cb;
+        if (c.cancel_after) cb.on_token = [&](int32_t, std::string_view) { return ++n < c.cancel_after; };
+        GenerateResult res = engine_->generate(r, cb);
+        test::unset_env("QINFER_DECODE_PIPELINE");
+        return res;
+    };
+    std::string text16;
+    for (const Case& c : cases) {
+        const GenerateResult one = run(c, false), piped = run(c, true);
+        EXPECT_EQ(piped.tokens, one.tokens) << c.what;
+        EXPECT_EQ(piped.text, one.text) << c.what;
+        EXPECT_EQ(piped.finish_reason, one.finish_reason) << c.what;
+        if (std::string(c.what) == "limit") text16 = one.text;
+    }
+    EXPECT_EQ(run(cases[2], true).finish_reason, FinishReason::Length);
+    // A stop string in the middle of the text: the pick that completes it was
+    // already fed by the step queued after it. The next turn reuses the slot.
+    ASSERT_GT(text16.size(), 8u);
+    Case stop{"stop string", greedy(kPrompt, 16), 0};
+    stop.req.stop = {text16.substr(text16.size() / 2, 2)};
+    const GenerateResult one = run(stop, false), piped = run(stop, true);
+    EXPECT_EQ(piped.finish_reason, FinishReason::Stop);
+    EXPECT_EQ(piped.tokens, one.tokens);
+    EXPECT_EQ(piped.text, one.text);
+    GenerateRequest first = stop.req;  // again, keeping the slot
+    const GenerateResult kept = engine_->generate(first);
+    std::vector<int32_t> next = kPrompt;
+    next.insert(next.end(), kept.tokens.begin(), kept.tokens.end());
+    next.insert(next.end(), {8193, 872, 198, 100, 200});
+    const GenerateResult reused = engine_->generate(greedy(next, 8));
+    EXPECT_EQ(reused.n_cached, int(kPrompt.size() + kept.tokens.size()));
+    GenerateRequest fresh = greedy(next, 8);
+    fresh.reuse_cache = false;
+    EXPECT_EQ(reused.tokens, engine_->generate(fresh).tokens);
+}
+
 TEST_F(EngineTest, ErrorsAreClear) {
     std::vector<int32_t> long_prompt(300, 100);
     EXPECT_THROW(engine_->generate(greedy(long_prompt, 1)), Error);

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "chat/template.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "engine/batch_step.h"
 #include "engine/sequence.h"
@@ -150,6 +151,43 @@ std::unique_ptr<Engine> Engine::load(const std::string& path, const EngineOption
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
+namespace {
+
+// Greedy decode steps of one sequence, each queued while the step before it
+// runs and fed that step's pick on the device (Model::submit_argmax), so the
+// device does not wait for the host between tokens. Returns when the sequence
+// is done, or has no token to feed. The step after the last pick is queued only
+// where the sequence's limits leave room for it; when the pick ends the
+// sequence anyway (end of generation, a stop string), that step has already fed
+// it to the slot, and `fed` (the slot's tokens) says so.
+void decode_pipelined(Model& model, Sequence& seq, std::vector<int32_t>& fed) {
+    Batch b;
+    if (seq.add_to_batch(b, 1) == 0) return;
+    model.submit_argmax(b, false);
+    fed.push_back(b.tokens[0]);
+    std::vector<int32_t> ids;
+    for (;;) {
+        const bool ahead = seq.room_after_next_pick();
+        if (ahead) {
+            Batch next;
+            next.add(0, seq.n_past(), seq.slot(), true);  // the token: the pick being collected
+            model.submit_argmax(next, true);
+        }
+        model.collect_argmax(ids);
+        if (ids.size() != 1) fail(strfmt("model returned %zu tokens for 1 row", ids.size()));
+        seq.on_token(ids[0]);
+        if (!ahead) return;
+        fed.push_back(ids[0]);  // the step queued above consumed it
+        if (seq.done()) {
+            model.collect_argmax(ids);  // that step's own pick is not needed
+            return;
+        }
+        seq.pending_fed();
+    }
+}
+
+}  // namespace
+
 GenerateResult Engine::generate(const GenerateRequest& req, const GenerateCallbacks& cb) {
     Impl& m = *impl_;
     std::lock_guard<std::mutex> lock(m.mu);
@@ -176,8 +214,24 @@ GenerateResult Engine::generate(const GenerateRequest& req, const GenerateCallba
     }
 
     BatchStep step(model);
+    const bool pipelined = env_int("QINFER_DECODE_PIPELINE", 0, 1, 1) != 0;
     try {
+        // A step left queued by an error is collected before the slot is reset.
+        struct Drain {
+            Model& model;
+            ~Drain() {
+                std::vector<int32_t> ids;
+                try {
+                    while (model.uncollected() > 0) model.collect_argmax(ids);
+                } catch (...) {
+                }
+            }
+        } drain{model};
         while (!seq.done()) {
+            if (pipelined && !seq.prefilling() && seq.picks_argmax()) {
+                decode_pipelined(model, seq, m.slot_tokens);
+                if (seq.done()) break;
+            }
             if (step.run({&seq}) == 0) break;
             const Batch& b = step.last_batch();
             m.slot_tokens.insert(m.slot_tokens.end(), b.tokens.begin(), b.tokens.end());

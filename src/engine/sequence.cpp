@@ -78,6 +78,19 @@ int Sequence::add_to_batch(Batch& batch, int budget) {
     return 1;
 }
 
+bool Sequence::room_after_next_pick() const {
+    if (done() || max_tokens_ == 0) return false;
+    // on_token's at_limit with one more token generated
+    return !(max_tokens_ > 0 && result_.n_generated + 1 >= max_tokens_) && n_past_ < n_ctx_;
+}
+
+void Sequence::pending_fed() {
+    if (!pending_) fail("sequence: no pending token was fed");
+    n_past_++;
+    pending_.reset();
+    wants_logits_ = true;
+}
+
 void Sequence::on_logits(float* logits) {
     if (done()) return;
     if (max_tokens_ == 0) {

@@ -66,6 +66,15 @@ public:
     int candidates_needed() const { return sampler_.candidates_needed(); }
     void on_candidates(const float* logit, const int32_t* id, int n);
 
+    // Whether the sequence goes on after its next pick unless that pick itself
+    // ends it (end of generation, a stop string, the callback): its token
+    // limit and the slot leave room for feeding it. A pipelined decode loop
+    // queues the step that feeds the pick before the pick is known.
+    bool room_after_next_pick() const;
+    // The pending pick went into a step that was queued outside add_to_batch
+    // (Model::submit_argmax's chain): the bookkeeping add_to_batch would do.
+    void pending_fed();
+
     // Ends the sequence from outside (client gone, server shutdown).
     void cancel();
 
