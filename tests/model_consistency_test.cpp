@@ -57,6 +57,18 @@ std::vector<float> run_chunked(Model& m, const std::vector<int>& ids, const std:
     return all;
 }
 
+// The model on two CPU backends: the first half of the layers and the
+// embedding on one, the rest and the head on the other.
+std::unique_ptr<Model> load_split(const char* name, int64_t n_layer) {
+    Placement pl;
+    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(1)));
+    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(1)));
+    for (int64_t il = 0; il < n_layer; ++il) pl.layer.push_back(il < n_layer / 2 ? 0 : 1);
+    pl.embed = 0;
+    pl.head = 1;
+    return Model::load(model_path(name), options(), std::move(pl));
+}
+
 double max_abs(const std::vector<float>& v) {
     double m = 0;
     for (float x : v) m = std::max(m, double(std::fabs(x)));
@@ -150,13 +162,7 @@ TEST_P(Consistency, SplitAcrossTwoBackendsEqualsOne) {
     const std::vector<float> want = run(*single, kPrompt, 0, kPrompt.size());
     const int64_t L = single->hparams().n_layer;
 
-    Placement pl;
-    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(1)));
-    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(1)));
-    for (int64_t il = 0; il < L; ++il) pl.layer.push_back(il < L / 2 ? 0 : 1);
-    pl.embed = 0;
-    pl.head = 1;
-    auto split = Model::load(model_path(GetParam()), options(), std::move(pl));
+    auto split = load_split(GetParam(), L);
     EXPECT_NE(split->backend_description().find("layers"), std::string::npos) << split->backend_description();
     const std::vector<float> got = run(*split, kPrompt, 0, kPrompt.size());
     EXPECT_EQ(max_diff(got, want), 0.0);
@@ -284,13 +290,7 @@ TEST_P(Consistency, ForwardArgmaxPicksTheLargestLogit) {
 TEST_P(Consistency, SubmittedChainedStepsEqualForwardArgmax) {
     auto one = Model::load(model_path(GetParam()), options());
     const int64_t L = one->hparams().n_layer;
-    Placement pl;
-    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(1)));
-    pl.backends.push_back(make_cpu_backend(std::make_shared<ThreadPool>(1)));
-    for (int64_t il = 0; il < L; ++il) pl.layer.push_back(il < L / 2 ? 0 : 1);
-    pl.embed = 0;
-    pl.head = 1;
-    auto split = Model::load(model_path(GetParam()), options(), std::move(pl));
+    auto split = load_split(GetParam(), L);
     const int P = 6, N = 10;
     // Two sequences (slots 0 and 1) from different prompts, decoded together.
     auto prompt = [&](Model& m, std::vector<int32_t>& first) {
