@@ -61,7 +61,8 @@ template <int D, int QK, bool GATED>
 __global__ void __launch_bounds__(4 * ATTN_THREADS)
     attn_combine_quant_kernel(const float* __restrict__ work, int ns, const int32_t* __restrict__ pos,
                               float* __restrict__ out, int n_head, Rows b, Rows y, ActOutPtrs q) {
-    pdl_enter();
+    pdl_trigger_small(2);
+    pdl_wait_inputs();
     constexpr int SPAN = 256, G = SPAN / ATTN_COMBINE_COLS;
     __shared__ AttnCombineSmem sm[G];
     __shared__ float vals[SPAN];

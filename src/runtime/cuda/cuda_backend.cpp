@@ -21,7 +21,6 @@ namespace qinfer {
 namespace cuda {
 bool pdl_enabled();  // launch.cuh (device code: not includable here)
 void pdl_configure_device();
-void configure_small_triggers();  // ops.cu
 }
 
 using cuda::Rows;
@@ -125,7 +124,6 @@ CudaBackend::CudaBackend(int device, uint64_t memory_limit) : device_(device), l
                     prop.minor));
     name_ = strfmt("CUDA%d", device);
     cuda::pdl_configure_device();
-    cuda::configure_small_triggers();
     QINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     QINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&upload_stream_, cudaStreamNonBlocking));
     cublasHandle_t h = nullptr;

@@ -47,11 +47,27 @@ void register_pdl_trigger_setter(const char* file, cudaError_t (*set)(int mode))
     pdl_trigger_setters().push_back({file, set});
 }
 
+namespace {
+std::vector<cudaError_t (*)(int)>& pdl_small_setters() {
+    static std::vector<cudaError_t (*)(int)> setters;  // filled at static initialization
+    return setters;
+}
+}  // namespace
+
+void register_pdl_small_setter(cudaError_t (*set)(int value)) { pdl_small_setters().push_back(set); }
+
 void pdl_configure_device() {
     // 1 unless asked otherwise (a value other than 0, 1 or 2 fails, as the
     // other A/B switches do): +4.8% tg128 on an H200 against 0, +3.4% for
     // Qwen3-4B; 2 was 4% below 0 (docs/cuda-notes.md).
     static const int mode = env_int_of("QINFER_CUDA_PDL_TRIGGER", {0, 1, 2}, 1);
+    static const int small = env_int_of("QINFER_CUDA_SMALL_TRIGGER_TOP", {0, 1, 2}, 0);
+    if (small)
+        for (auto set : pdl_small_setters())
+            if (const cudaError_t e = set(small); e != cudaSuccess) {
+                cudaGetLastError();
+                fail(strfmt("CUDA: setting QINFER_CUDA_SMALL_TRIGGER_TOP: %s", cudaGetErrorString(e)));
+            }
     if (mode == 0) return;  // the constants start at 0
     // QINFER_CUDA_PDL_TRIGGER_FILES=matvec,deltanet: only the kernels of those
     // source files (names contained in their paths) move their trigger.

@@ -51,6 +51,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // device by pdl_configure_device(); QINFER_CUDA_PDL_TRIGGER_FILES limits it to
 // some source files.
 void register_pdl_trigger_setter(const char* file, cudaError_t (*set)(int mode));
+void register_pdl_small_setter(cudaError_t (*set)(int value));
 void pdl_configure_device();
 #ifdef __CUDACC__
 namespace {
@@ -58,6 +59,14 @@ __constant__ int pdl_trigger_mode;
 cudaError_t set_pdl_trigger_mode(int mode) { return cudaMemcpyToSymbol(pdl_trigger_mode, &mode, sizeof mode); }
 [[maybe_unused]] const bool pdl_trigger_registered =
     (register_pdl_trigger_setter(__BASE_FILE__, &set_pdl_trigger_mode), true);
+// QINFER_CUDA_SMALL_TRIGGER_TOP (an experiment, 0 by default): the small
+// launches between two products -- 1: the one-row norm + quantize and gate +
+// quantize; 2: also the attention merge + quantize -- let their dependents be
+// scheduled at their top whatever the trigger mode, so the next product's
+// blocks take the SMs the previous product leaves while this launch waits.
+__constant__ int pdl_small_top;
+cudaError_t set_pdl_small_top(int v) { return cudaMemcpyToSymbol(pdl_small_top, &v, sizeof v); }
+[[maybe_unused]] const bool pdl_small_registered = (register_pdl_small_setter(&set_pdl_small_top), true);
 
 // At a kernel's top, before anything it waits for.
 __device__ __forceinline__ void pdl_trigger_at_top() {
@@ -67,6 +76,11 @@ __device__ __forceinline__ void pdl_trigger_at_top() {
 __device__ __forceinline__ void pdl_wait_inputs() {
     pdl_wait();
     if (pdl_trigger_mode == 1) pdl_launch_dependents();
+}
+// At the top of a small launch of class `cls` (see pdl_small_top).
+__device__ __forceinline__ void pdl_trigger_small(int cls) {
+    if (pdl_small_top >= cls) pdl_launch_dependents();
+    else pdl_trigger_at_top();
 }
 // Both, at the top of a kernel with nothing to do before its inputs are ready.
 __device__ __forceinline__ void pdl_enter() {

@@ -15,17 +15,6 @@ namespace qinfer::cuda {
 
 namespace {
 
-// QINFER_CUDA_SMALL_TRIGGER_TOP=1 (an experiment): the one-row norm + quantize
-// and gate + quantize launches that sit between two products let their
-// dependents be scheduled at their top, whatever the file's trigger mode, so
-// the next product's blocks can take the SMs the previous product leaves while
-// this launch waits (set per device by configure_small_triggers()).
-__constant__ int small_trigger_top;
-__device__ __forceinline__ void small_trigger() {
-    if (small_trigger_top) pdl_launch_dependents();
-    else pdl_trigger_at_top();
-}
-
 // Norm kernels for rows longer than kRegRowMax (and QINFER_CUDA_REG_NORM=0): one
 // warp per row when rows are short, else one block per row.
 using NormKind = NormOp;
@@ -168,7 +157,7 @@ __device__ __forceinline__ void rope_cs(int32_t pos, int i, const RopeFreqs& f, 
 template <NormKind KIND, bool VEC, int QK, bool ROPE = false, bool STORE = false>
 __global__ void __launch_bounds__(ROPE ? 256 : 1024) reg_norm_kernel(const RegNormArgsFor<ROPE> a) {
     if constexpr (ROPE) pdl_trigger_at_top();
-    else small_trigger();
+    else pdl_trigger_small(1);
     __shared__ float red[32];
     const int tpr = a.tpr;
     const int rib = threadIdx.x / tpr, tid = threadIdx.x % tpr, lane = threadIdx.x % WARP;
@@ -408,7 +397,7 @@ void launch_ew(Rows a, Rows b, Rows y, cudaStream_t s, const char* name) {
 // op writes them, with the same expression, so the quants are bit-identical.
 template <Ew OP, int QK>
 __global__ void gate_quant_kernel(Rows a, Rows b, Rows y, int64_t K, int64_t T, ActOutPtrs q) {
-    small_trigger();
+    pdl_trigger_small(1);
     pdl_wait_inputs();
     const int lane = threadIdx.x % WARP;
     const int64_t spans = (K + 255) / 256;
@@ -664,11 +653,6 @@ __global__ void hold_kernel(const volatile int* flag, int value) {
     }
 }
 }  // namespace
-
-void configure_small_triggers() {
-    static const int top = env_int_of("QINFER_CUDA_SMALL_TRIGGER_TOP", {0, 1}, 0);
-    QINFER_CUDA_CHECK(cudaMemcpyToSymbol(small_trigger_top, &top, sizeof top));
-}
 
 void hold_until(const volatile int* flag, int value, cudaStream_t s) {
     hold_kernel<<<1, 1, 0, s>>>(flag, value);
