@@ -342,7 +342,7 @@ TEST_P(Consistency, SubmittedChainedStepsEqualForwardArgmax) {
     EXPECT_EQ(one->slot_length(0), P + N);              // and nothing ran
     Batch b2;
     for (int s = 0; s < 2; ++s) b2.add(5, P + N + 0, s, true);
-    one->submit_argmax(b2, false);
+    one->submit_argmax(b2, true);  // the failed step did not end the chain
     b2.pos = {P + N + 1, P + N + 1};
     one->submit_argmax(b2, true);
     b2.pos = {P + N + 2, P + N + 2};

@@ -345,18 +345,17 @@ void TransformerModel::step(const Batch& batch, HeadOut out) {
 
     // 1. Inputs. Everything that changes from step to step is written before
     //    the first op, into buffers whose addresses never change.
-    for (size_t bi = 0; bi < pb_.size(); ++bi)
-        if (used_[bi]) prepare_step(int(bi), batch, segs);
     if (out.submit && n_out > kHeadChunk)
         fail(strfmt("model: %lld rows of ids in one submitted step (at most %d)", (long long)n_out, kHeadChunk));
     if (out.submit && int(submitted_.size()) >= kMaxSubmitted)
         fail(strfmt("model: %d steps submitted and not collected (at most %d)", int(submitted_.size()), kMaxSubmitted));
-    const int64_t chain_rows = chainable_rows_;
-    chainable_rows_ = -1;  // whatever happens below, this step's head overwrites the picks
+    if (out.chain && (chainable_rows_ != T || n_out != T))
+        fail(strfmt("model: a chained step of %d tokens (%lld want logits) after a step of %lld rows", T,
+                    (long long)n_out, (long long)chainable_rows_));
+    chainable_rows_ = -1;  // from here on, this step's head overwrites the picks
+    for (size_t bi = 0; bi < pb_.size(); ++bi)
+        if (used_[bi]) prepare_step(int(bi), batch, segs);
     if (out.chain) {
-        if (chain_rows != T || n_out != T)
-            fail(strfmt("model: a chained step of %d tokens (%lld want logits) after a step of %lld rows", T,
-                        (long long)n_out, (long long)chain_rows));
         if (placement_.embed == placement_.head) {
             // The device copies them: the host need not have seen these tokens.
             Backend& be = backend(placement_.embed);
