@@ -21,6 +21,7 @@
 #include "model/hparams.h"
 #include "model/model.h"
 #include "runtime/backend.h"
+#include "greedy_steps.h"
 #include "testutil.h"
 
 namespace qinfer {
@@ -507,27 +508,8 @@ TEST_P(CudaPipelined, ChainedStepsEqualForwardArgmax) {
         const std::vector<int32_t> first = prompt(*sync);
         ASSERT_EQ(prompt(*piped), first);
         const int32_t p0 = int32_t(kS7.size());
-        std::vector<std::vector<int32_t>> want, got;
-        std::vector<int32_t> tok = first;
-        for (int i = 0; i < kSteps; ++i) {
-            Batch b;
-            for (int s = 0; s < seqs; ++s) b.add(tok[size_t(s)], p0 + i, s, true);
-            sync->forward_argmax(b, tok);
-            want.push_back(tok);
-        }
-        for (int i = 0; i < kSteps; ++i) {
-            Batch b;
-            for (int s = 0; s < seqs; ++s) b.add(i == 0 ? first[size_t(s)] : 0, p0 + i, s, true);
-            piped->submit_argmax(b, i > 0);
-            if (piped->uncollected() == Model::kMaxSubmitted) {
-                got.emplace_back();
-                piped->collect_argmax(got.back());
-            }
-        }
-        while (piped->uncollected() > 0) {
-            got.emplace_back();
-            piped->collect_argmax(got.back());
-        }
+        const auto want = test::greedy_steps(*sync, first, p0, kSteps, false);
+        const auto got = test::greedy_steps(*piped, first, p0, kSteps, true);
         EXPECT_EQ(got, want) << seqs << " sequence(s)";
         EXPECT_EQ(piped->slot_length(0), p0 + kSteps);
     }

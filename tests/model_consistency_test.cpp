@@ -13,6 +13,7 @@
 #include "common/thread_pool.h"
 #include "model/model.h"
 #include "runtime/backend.h"
+#include "greedy_steps.h"
 #include "testutil.h"
 
 namespace qinfer {
@@ -302,34 +303,14 @@ TEST_P(Consistency, SubmittedChainedStepsEqualForwardArgmax) {
     std::vector<int32_t> first;
     prompt(*one, first);
     ASSERT_EQ(first.size(), 2u);
-    std::vector<std::vector<int32_t>> want;  // picks of decode steps 0..N-1, one step at a time
-    std::vector<int32_t> tok = first;
-    for (int i = 0; i < N; ++i) {
-        Batch b;
-        for (int s = 0; s < 2; ++s) b.add(tok[size_t(s)], P + i, s, true);
-        one->forward_argmax(b, tok);
-        want.push_back(tok);
-    }
+    const auto want = test::greedy_steps(*one, first, P, N, false);  // one step at a time
     for (Model* m : {one.get(), split.get()}) {
         m->clear_slot(0);
         m->clear_slot(1);
         std::vector<int32_t> f;
         prompt(*m, f);
         ASSERT_EQ(f, first);
-        std::vector<std::vector<int32_t>> got;
-        for (int i = 0; i < N; ++i) {
-            Batch b;
-            for (int s = 0; s < 2; ++s) b.add(i == 0 ? f[size_t(s)] : 0, P + i, s, true);
-            m->submit_argmax(b, i > 0);
-            if (m->uncollected() == Model::kMaxSubmitted) {
-                got.emplace_back();
-                m->collect_argmax(got.back());
-            }
-        }
-        while (m->uncollected() > 0) {
-            got.emplace_back();
-            m->collect_argmax(got.back());
-        }
+        const auto got = test::greedy_steps(*m, f, P, N, true);
         EXPECT_EQ(got, want) << GetParam() << (m == one.get() ? " (one backend)" : " (two backends)");
         EXPECT_EQ(m->slot_length(0), P + N);
     }
