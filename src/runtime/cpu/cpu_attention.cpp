@@ -91,10 +91,18 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     parallel_rows(int64_t(tasks.size()), work / double(tasks.size()), [&](int64_t i0, int64_t i1) {
         std::vector<float> sc(size_t(group * kChunk));
         std::vector<float> row(q8 ? size_t(d) : 0);  // a dequantized q8_0 K or V row
+        const auto heads = static_cast<size_t>(group);
+        std::vector<const float*> qs(heads);  // the group's query heads
+        std::vector<float*> accs(heads);      // and their output accumulators
+        std::vector<float> dots(heads), ws(heads);
         for (int64_t i = i0; i < i1; ++i) {
             const Task& tk = tasks[size_t(i)];
             const int32_t s = step.slot[size_t(tk.t)];
             float* part = &parts[tk.part];
+            for (int64_t h = 0; h < group; ++h) {
+                qs[size_t(h)] = q.row<float>(tk.g * group + h, tk.t);
+                accs[size_t(h)] = part + h * (d + 2) + 2;
+            }
             for (int64_t h = 0; h < group; ++h) {
                 float* ph = part + h * (d + 2);
                 ph[0] = -INFINITY;  // running max
@@ -110,12 +118,9 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                         dequantize_row(GgmlType::Q8_0, kr, row.data(), d);
                         kr = row.data();
                     }
-                    for (int64_t h = 0; h < group; ++h) {
-                        const float* qh = q.row<float>(tk.g * group + h, tk.t);
-                        sc[size_t(h * kChunk + j)] =
-                            scale * (f16 ? vo.dot_f16(static_cast<const uint16_t*>(kr), qh, d)
-                                         : vo.dot(static_cast<const float*>(kr), qh, d));
-                    }
+                    if (f16) vo.dot_heads_f16(static_cast<const uint16_t*>(kr), qs.data(), group, d, dots.data());
+                    else vo.dot_heads(static_cast<const float*>(kr), qs.data(), group, d, dots.data());
+                    for (int64_t h = 0; h < group; ++h) sc[size_t(h * kChunk + j)] = scale * dots[size_t(h)];
                 }
                 for (int64_t h = 0; h < group; ++h) {
                     float* sh = &sc[size_t(h * kChunk)];
@@ -127,9 +132,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                         for (int64_t e = 0; e < d; ++e) ph[2 + e] *= r;
                     }
                     ph[0] = mx;
-                    float sum = 0;
-                    for (int64_t j = 0; j < n; ++j) sum += (sh[j] = std::exp(sh[j] - mx));
-                    ph[1] += sum;
+                    ph[1] += vo.exp_sub_sum(sh, n, mx);
                 }
                 for (int64_t j = 0; j < n; ++j) {
                     const void* vr = V.row<void>(tk.g, b0 + j, s);
@@ -137,12 +140,9 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                         dequantize_row(GgmlType::Q8_0, vr, row.data(), d);
                         vr = row.data();
                     }
-                    for (int64_t h = 0; h < group; ++h) {
-                        float* acc = part + h * (d + 2) + 2;
-                        const float w = sc[size_t(h * kChunk + j)];
-                        if (f16) vo.axpy_f16(w, static_cast<const uint16_t*>(vr), acc, d);
-                        else vo.axpy(w, static_cast<const float*>(vr), acc, d);
-                    }
+                    for (int64_t h = 0; h < group; ++h) ws[size_t(h)] = sc[size_t(h * kChunk + j)];
+                    if (f16) vo.axpy_heads_f16(ws.data(), static_cast<const uint16_t*>(vr), accs.data(), group, d);
+                    else vo.axpy_heads(ws.data(), static_cast<const float*>(vr), accs.data(), group, d);
                 }
             }
         }

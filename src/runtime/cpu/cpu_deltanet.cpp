@@ -30,22 +30,26 @@ void CpuBackend::conv1d_silu(const Tensor& x, const Tensor& w, const RecurrentSt
     constexpr int64_t kBlock = 64;
     const int64_t n_blocks = (C + kBlock - 1) / kBlock;
     const double work = double(kBlock * (K + 16)) * double(T) / double(n_seg);  // + silu's exp
+    const cpu::VecOps& vo = cpu::vec();
     parallel_rows(n_seg * n_blocks, work, [&](int64_t i0, int64_t i1) {
         float acc[kBlock];
+        std::vector<float> taps(size_t(K * kBlock));  // the block's weights by tap: taps[r * kBlock + c]
         for (int64_t i = i0; i < i1; ++i) {
             const StepInfo::Segment& sg = step.segments[size_t(i / n_blocks)];
             const int64_t c0 = (i % n_blocks) * kBlock, nc = std::min(kBlock, C - c0), n = sg.count;
             auto window = [&](int64_t j) {
                 return (j < K - 1 ? cs.row<float>(j, sg.slot) : x.row<float>(sg.first + j - (K - 1))) + c0;
             };
+            for (int64_t r = 0; r < K; ++r)
+                for (int64_t c = 0; c < nc; ++c) taps[size_t(r * kBlock + c)] = wv[(c0 + c) * K + r];
             for (int64_t t = 0; t < n; ++t) {
                 for (int64_t c = 0; c < nc; ++c) acc[c] = 0;
                 for (int64_t r = 0; r < K; ++r) {
                     const float* wr = window(t + r);
-                    for (int64_t c = 0; c < nc; ++c) acc[c] += wv[(c0 + c) * K + r] * wr[c];
+                    const float* tr = &taps[size_t(r * kBlock)];
+                    for (int64_t c = 0; c < nc; ++c) acc[c] += tr[c] * wr[c];
                 }
-                float* o = out.row<float>(sg.first + t) + c0;
-                for (int64_t c = 0; c < nc; ++c) o[c] = cpu::silu(acc[c]);
+                vo.silu(acc, out.row<float>(sg.first + t) + c0, nc);
             }
             // The new state is the window's last K-1 rows; ascending order reads
             // each old state row before it is overwritten.
@@ -87,16 +91,8 @@ void CpuBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor
                 const float beta = cpu::sigmoid(b.row<float>(t)[j]);
                 const float* kt = k.row<float>(kh, t);
                 const float* qt = q.row<float>(kh, t);
-                const float* vt = v.row<float>(j, t);
-                float* ot = out.row<float>(j, t);
-                for (int64_t r = 0; r < dv; ++r) {
-                    float* Sr = Sj + r * dk;
-                    // decay first; S k uses the decayed state
-                    const float sk = vo.scale_dot(Sr, alpha, kt, dk);
-                    const float delta = beta * (vt[r] - sk);
-                    // rank-1 update; the read-out uses the updated state
-                    ot[r] = vo.axpy_dot(Sr, delta, kt, qt, dk) * scale;
-                }
+                // decay first, S k on the decayed state; the read-out uses the updated state
+                vo.delta_step(Sj, dv, dk, alpha, beta, kt, qt, v.row<float>(j, t), scale, out.row<float>(j, t));
             }
         }
     });

@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 #include "runtime/cpu/cpu_backend.h"
-#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/cpu_vec.h"
 
 namespace qinfer {
 
@@ -22,8 +22,7 @@ void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
 
 // 1/sqrt(mean(x^2) + eps) with the sum of squares in double, as the spec asks.
 float rms_scale(const float* x, int64_t n, float eps) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
+    const double ss = cpu::vec().sum_squares(x, n);
     return 1.f / std::sqrt(float(ss / double(n)) + eps);
 }
 }  // namespace
@@ -55,9 +54,7 @@ void CpuBackend::l2_norm(const Tensor& x, float eps, const Tensor& y) {
         for (int64_t r = r0; r < r1; ++r) {
             const float* xr = row_at(x, r);
             float* yr = row_at(y, r);
-            double ss = 0;
-            for (int64_t i = 0; i < n; ++i) ss += double(xr[i]) * double(xr[i]);
-            const float s = 1.f / std::max(float(std::sqrt(ss)), eps);
+            const float s = 1.f / std::max(float(std::sqrt(cpu::vec().sum_squares(xr, n))), eps);
             for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * s;
         }
     });
@@ -71,13 +68,15 @@ void CpuBackend::rms_norm_gated(const Tensor& x, const Tensor& w, const Tensor& 
     const int64_t n = x.ne[0];
     if (w.ne[0] != n) fail(strfmt("rms_norm_gated: weight %s does not match rows of %lld", w.name, (long long)n));
     const float* wv = static_cast<const float*>(w.data);
+    const cpu::VecOps& vo = cpu::vec();
     parallel_rows(x.n_rows(), kExpWork * double(n), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const float* xr = row_at(x, r);
             const float* zr = row_at(z, r);
             float* yr = row_at(y, r);
             const float s = rms_scale(xr, n, eps);
-            for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * s) * wv[i] * cpu::silu(zr[i]);
+            for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * s) * wv[i];
+            vo.silu_mul(zr, yr, yr, n);
         }
     });
 }
@@ -104,11 +103,9 @@ void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& y) {
     check_same_shape("swiglu", gate, up);
     check_same_shape("swiglu", gate, y);
     const int64_t n = gate.ne[0];
+    const cpu::VecOps& vo = cpu::vec();
     parallel_cols(gate.n_rows(), n, kExpWork, [&](int64_t r, int64_t i0, int64_t i1) {
-        const float* g = row_at(gate, r);
-        const float* u = row_at(up, r);
-        float* yr = row_at(y, r);
-        for (int64_t i = i0; i < i1; ++i) yr[i] = cpu::silu(g[i]) * u[i];
+        vo.silu_mul(row_at(gate, r) + i0, row_at(up, r) + i0, row_at(y, r) + i0, i1 - i0);
     });
 }
 
@@ -118,11 +115,9 @@ void CpuBackend::sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& 
     check_same_shape("sigmoid_mul", x, gate);
     check_same_shape("sigmoid_mul", x, y);
     const int64_t n = x.ne[0];
+    const cpu::VecOps& vo = cpu::vec();
     parallel_cols(x.n_rows(), n, kExpWork, [&](int64_t r, int64_t i0, int64_t i1) {
-        const float* xr = row_at(x, r);
-        const float* g = row_at(gate, r);
-        float* yr = row_at(y, r);
-        for (int64_t i = i0; i < i1; ++i) yr[i] = xr[i] * cpu::sigmoid(g[i]);
+        vo.sigmoid_mul(row_at(x, r) + i0, row_at(gate, r) + i0, row_at(y, r) + i0, i1 - i0);
     });
 }
 

@@ -1,9 +1,11 @@
 #include "runtime/cpu/cpu_vec.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "common/fp16.h"
 #include "quant/cpu_matmul.h"
+#include "runtime/cpu/cpu_kernels.h"
 
 namespace qinfer::cpu {
 
@@ -35,18 +37,52 @@ void axpy_f16(float w, const uint16_t* x, float* y, int64_t n) {
 void to_f16(const float* x, uint16_t* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
-float scale_dot(float* s, float alpha, const float* k, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) s[i] *= alpha;
-    return dot(s, k, n);
+void dot_heads(const float* k, const float* const* q, int64_t heads, int64_t n, float* out) {
+    for (int64_t h = 0; h < heads; ++h) out[h] = dot(k, q[h], n);
 }
-float axpy_dot(float* s, float delta, const float* k, const float* q, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) s[i] += delta * k[i];
-    return dot(s, q, n);
+void dot_heads_f16(const uint16_t* k, const float* const* q, int64_t heads, int64_t n, float* out) {
+    for (int64_t h = 0; h < heads; ++h) out[h] = dot_f16(k, q[h], n);
+}
+void axpy_heads(const float* w, const float* v, float* const* acc, int64_t heads, int64_t n) {
+    for (int64_t h = 0; h < heads; ++h) axpy(w[h], v, acc[h], n);
+}
+void axpy_heads_f16(const float* w, const uint16_t* v, float* const* acc, int64_t heads, int64_t n) {
+    for (int64_t h = 0; h < heads; ++h) axpy_f16(w[h], v, acc[h], n);
+}
+void delta_step(float* S, int64_t rows, int64_t n, float alpha, float beta, const float* k, const float* q,
+                const float* v, float scale, float* out) {
+    for (int64_t r = 0; r < rows; ++r) {
+        float* s = S + r * n;
+        for (int64_t i = 0; i < n; ++i) s[i] *= alpha;
+        const float delta = beta * (v[r] - dot(s, k, n));
+        for (int64_t i = 0; i < n; ++i) s[i] += delta * k[i];
+        out[r] = dot(s, q, n) * scale;
+    }
+}
+void silu(const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = cpu::silu(x[i]);
+}
+void silu_mul(const float* g, const float* u, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = cpu::silu(g[i]) * u[i];
+}
+void sigmoid_mul(const float* x, const float* g, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * cpu::sigmoid(g[i]);
+}
+double sum_squares(const float* x, int64_t n) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * double(x[i]);
+    return ss;
+}
+float exp_sub_sum(float* x, int64_t n, float m) {
+    float sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - m));
+    return sum;
 }
 }  // namespace
 
 const VecOps& vec_scalar() {
-    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, scale_dot, axpy_dot, "scalar"};
+    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, dot_heads, dot_heads_f16, axpy_heads, axpy_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
+                            sum_squares, exp_sub_sum, "scalar"};
     return ops;
 }
 

@@ -1,7 +1,8 @@
-// Vector inner loops of the CPU attention and DeltaNet ops, with an AVX2/F16C
-// version picked once at run time (same ISA decision as quant/cpu_matmul, so
-// QINFER_CPU_ISA=scalar lowers both). Summation order is fixed per CPU, so the
-// thread count never changes results.
+// Vector inner loops of the CPU attention, DeltaNet and activation ops, with an
+// AVX2/F16C version picked once at run time (same ISA decision as
+// quant/cpu_matmul, so QINFER_CPU_ISA=scalar lowers both). Summation order and
+// the exp approximation are fixed per CPU, so the thread count never changes
+// results; the scalar and AVX2 versions differ in the last bits.
 #pragma once
 #include <cstdint>
 
@@ -13,10 +14,28 @@ struct VecOps {
     void (*axpy)(float w, const float* x, float* y, int64_t n);           // y += w x
     void (*axpy_f16)(float w, const uint16_t* x, float* y, int64_t n);
     void (*to_f16)(const float* x, uint16_t* y, int64_t n);
-    // DeltaNet row update: s *= alpha, returns s . k
-    float (*scale_dot)(float* s, float alpha, const float* k, int64_t n);
-    // s += delta k, returns s . q
-    float (*axpy_dot)(float* s, float delta, const float* k, const float* q, int64_t n);
+    // The same for the query heads of one kv head: out[h] = dot(k, q[h]) and
+    // acc[h] += w[h] v, each head's result bit-identical to dot / axpy (and
+    // their f16 forms), with the cached row loaded and converted once.
+    void (*dot_heads)(const float* k, const float* const* q, int64_t heads, int64_t n, float* out);
+    void (*dot_heads_f16)(const uint16_t* k, const float* const* q, int64_t heads, int64_t n, float* out);
+    void (*axpy_heads)(const float* w, const float* v, float* const* acc, int64_t heads, int64_t n);
+    void (*axpy_heads_f16)(const float* w, const uint16_t* v, float* const* acc, int64_t heads, int64_t n);
+    // One token of the gated delta rule on one head's state S (rows x n, row r
+    // the state of value channel r), in the definition's order per row:
+    //   S_r *= alpha;  delta = beta (v_r - S_r . k);  S_r += delta k;
+    //   out_r = scale (S_r . q)
+    void (*delta_step)(float* S, int64_t rows, int64_t n, float alpha, float beta, const float* k, const float* q,
+                       const float* v, float scale, float* out);
+    // Activations (cpu_kernels.h's formulas, exp vectorised): y = silu(x);
+    // y = silu(g) u; y = x sigmoid(g). y may alias the inputs.
+    void (*silu)(const float* x, float* y, int64_t n);
+    void (*silu_mul)(const float* g, const float* u, float* y, int64_t n);
+    void (*sigmoid_mul)(const float* x, const float* g, float* y, int64_t n);
+    // sum of x_i^2 in double (the norms' spec; order differs per ISA).
+    double (*sum_squares)(const float* x, int64_t n);
+    // x_j = exp(x_j - m), returns their sum (a softmax's numerators).
+    float (*exp_sub_sum)(float* x, int64_t n, float m);
     const char* name;
 };
 

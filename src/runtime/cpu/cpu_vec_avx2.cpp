@@ -5,6 +5,8 @@
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "common/fp16.h"
 
 namespace qinfer::cpu {
@@ -28,7 +30,7 @@ float dot(const float* a, const float* b, int64_t n) {
     }
     for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
     float r = hsum(_mm256_add_ps(s0, s1));
-    for (; i < n; ++i) r += a[i] * b[i];
+    for (; i < n; ++i) r = std::fma(a[i], b[i], r);  // explicit: the head forms must round alike
     return r;
 }
 
@@ -41,7 +43,7 @@ float dot_f16(const uint16_t* a, const float* b, int64_t n) {
     }
     for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(load_h(a + i), _mm256_loadu_ps(b + i), s0);
     float r = hsum(_mm256_add_ps(s0, s1));
-    for (; i < n; ++i) r += fp16_to_fp32(a[i]) * b[i];
+    for (; i < n; ++i) r = std::fma(fp16_to_fp32(a[i]), b[i], r);
     return r;
 }
 
@@ -49,14 +51,14 @@ void axpy(float w, const float* x, float* y, int64_t n) {
     const __m256 wv = _mm256_set1_ps(w);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; ++i) y[i] += w * x[i];
+    for (; i < n; ++i) y[i] = std::fma(w, x[i], y[i]);
 }
 
 void axpy_f16(float w, const uint16_t* x, float* y, int64_t n) {
     const __m256 wv = _mm256_set1_ps(w);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(wv, load_h(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; ++i) y[i] += w * fp16_to_fp32(x[i]);
+    for (; i < n; ++i) y[i] = std::fma(w, fp16_to_fp32(x[i]), y[i]);
 }
 
 void to_f16(const float* x, uint16_t* y, int64_t n) {
@@ -66,37 +68,220 @@ void to_f16(const float* x, uint16_t* y, int64_t n) {
     for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
-float scale_dot(float* s, float alpha, const float* k, int64_t n) {
-    const __m256 av = _mm256_set1_ps(alpha);
-    __m256 acc = _mm256_setzero_ps();
+// Heads H at a time (H <= 4), each with dot's two accumulators and its order.
+template <int H, class Load>
+void dot_heads_n(const Load& load, const float* const* q, int64_t n, float* out) {
+    __m256 s0[H], s1[H];
+    for (int h = 0; h < H; ++h) s0[h] = s1[h] = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + i), av);
-        _mm256_storeu_ps(s + i, v);
-        acc = _mm256_fmadd_ps(v, _mm256_loadu_ps(k + i), acc);
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a0 = load(i), a1 = load(i + 8);
+        for (int h = 0; h < H; ++h) {
+            s0[h] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(q[h] + i), s0[h]);
+            s1[h] = _mm256_fmadd_ps(a1, _mm256_loadu_ps(q[h] + i + 8), s1[h]);
+        }
     }
-    float r = hsum(acc);
-    for (; i < n; ++i) r += (s[i] *= alpha) * k[i];
-    return r;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 a0 = load(i);
+        for (int h = 0; h < H; ++h) s0[h] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(q[h] + i), s0[h]);
+    }
+    for (int h = 0; h < H; ++h) out[h] = hsum(_mm256_add_ps(s0[h], s1[h]));
 }
 
-float axpy_dot(float* s, float delta, const float* k, const float* q, int64_t n) {
-    const __m256 dv = _mm256_set1_ps(delta);
+template <class Load>
+void dot_heads_any(const Load& load, const float* const* q, int64_t heads, int64_t n, float* out) {
+    int64_t h = 0;
+    for (; h + 4 <= heads; h += 4) dot_heads_n<4>(load, q + h, n, out + h);
+    switch (heads - h) {
+        case 3: dot_heads_n<3>(load, q + h, n, out + h); break;
+        case 2: dot_heads_n<2>(load, q + h, n, out + h); break;
+        case 1: dot_heads_n<1>(load, q + h, n, out + h); break;
+        default: break;
+    }
+}
+
+void dot_heads(const float* k, const float* const* q, int64_t heads, int64_t n, float* out) {
+    dot_heads_any([k](int64_t i) { return _mm256_loadu_ps(k + i); }, q, heads, n, out);
+    for (int64_t i = n - n % 8; i < n; ++i)
+        for (int64_t h = 0; h < heads; ++h) out[h] = std::fma(k[i], q[h][i], out[h]);
+}
+
+void dot_heads_f16(const uint16_t* k, const float* const* q, int64_t heads, int64_t n, float* out) {
+    dot_heads_any([k](int64_t i) { return load_h(k + i); }, q, heads, n, out);
+    for (int64_t i = n - n % 8; i < n; ++i)
+        for (int64_t h = 0; h < heads; ++h) out[h] = std::fma(fp16_to_fp32(k[i]), q[h][i], out[h]);
+}
+
+template <class Load>
+void axpy_heads_any(const float* w, const Load& load, float* const* acc, int64_t heads, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = load(i);
+        for (int64_t h = 0; h < heads; ++h)
+            _mm256_storeu_ps(acc[h] + i, _mm256_fmadd_ps(_mm256_set1_ps(w[h]), v, _mm256_loadu_ps(acc[h] + i)));
+    }
+}
+
+void axpy_heads(const float* w, const float* v, float* const* acc, int64_t heads, int64_t n) {
+    axpy_heads_any(w, [v](int64_t i) { return _mm256_loadu_ps(v + i); }, acc, heads, n);
+    for (int64_t i = n - n % 8; i < n; ++i)
+        for (int64_t h = 0; h < heads; ++h) acc[h][i] = std::fma(w[h], v[i], acc[h][i]);
+}
+
+void axpy_heads_f16(const float* w, const uint16_t* v, float* const* acc, int64_t heads, int64_t n) {
+    axpy_heads_any(w, [v](int64_t i) { return load_h(v + i); }, acc, heads, n);
+    for (int64_t i = n - n % 8; i < n; ++i)
+        for (int64_t h = 0; h < heads; ++h) acc[h][i] = std::fma(w[h], fp16_to_fp32(v[i]), acc[h][i]);
+}
+
+// Rows of the delta rule R at a time, each row's sums as the one-row loop
+// makes them (one 8-lane accumulator, then the horizontal sum): the rows'
+// dependency chains interleave, the results do not change.
+template <int R>
+void delta_rows(float* S, int64_t n, float alpha, float beta, const float* k, const float* q, const float* v,
+                float scale, float* out) {
+    const __m256 av = _mm256_set1_ps(alpha);
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 kv = _mm256_loadu_ps(k + i);
+        for (int r = 0; r < R; ++r) {
+            const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(S + r * n + i), av);
+            _mm256_storeu_ps(S + r * n + i, x);
+            acc[r] = _mm256_fmadd_ps(x, kv, acc[r]);
+        }
+    }
+    float sum[R], delta[R];
+    for (int r = 0; r < R; ++r) sum[r] = hsum(acc[r]);
+    for (int64_t j = i; j < n; ++j)
+        for (int r = 0; r < R; ++r) sum[r] += (S[r * n + j] *= alpha) * k[j];
+    __m256 dv[R];
+    for (int r = 0; r < R; ++r) {
+        delta[r] = beta * (v[r] - sum[r]);
+        dv[r] = _mm256_set1_ps(delta[r]);
+        acc[r] = _mm256_setzero_ps();
+    }
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 kv = _mm256_loadu_ps(k + i), qv = _mm256_loadu_ps(q + i);
+        for (int r = 0; r < R; ++r) {
+            const __m256 x = _mm256_fmadd_ps(dv[r], kv, _mm256_loadu_ps(S + r * n + i));
+            _mm256_storeu_ps(S + r * n + i, x);
+            acc[r] = _mm256_fmadd_ps(x, qv, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; ++r) sum[r] = hsum(acc[r]);
+    for (int64_t j = i; j < n; ++j)
+        for (int r = 0; r < R; ++r) sum[r] += (S[r * n + j] += delta[r] * k[j]) * q[j];
+    for (int r = 0; r < R; ++r) out[r] = sum[r] * scale;
+}
+
+void delta_step(float* S, int64_t rows, int64_t n, float alpha, float beta, const float* k, const float* q,
+                const float* v, float scale, float* out) {
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) delta_rows<4>(S + r * n, n, alpha, beta, k, q, v + r, scale, out + r);
+    for (; r < rows; ++r) delta_rows<1>(S + r * n, n, alpha, beta, k, q, v + r, scale, out + r);
+}
+
+// exp(x) as Cephes' expf: x = m ln2 + f with |f| <= ln2 / 2 (ln2 in two parts),
+// exp(f) by its degree-6 polynomial, 2^m through the exponent bits. About one
+// ulp. The polynomial sees x clamped to [-87.3, 88] (2^m a normal float);
+// beyond ln(FLT_MAX) the result is inf and below -87.3 zero, as expf's
+// overflow and (flushed) underflow. A NaN passes through: it is the second
+// operand of min / max, and both fix-up compares are false for it.
+inline __m256 exp8(__m256 x) {
+    const __m256 xc = _mm256_max_ps(_mm256_set1_ps(-87.3f), _mm256_min_ps(_mm256_set1_ps(88.0f), x));
+    const __m256 m = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_fnmadd_ps(m, _mm256_set1_ps(0.693359375f), xc);
+    f = _mm256_fnmadd_ps(m, _mm256_set1_ps(-2.12194440e-4f), f);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(f, f), f), _mm256_set1_ps(1.f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(m), _mm256_set1_epi32(127)), 23);
+    __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(88.7228391f), _CMP_GT_OQ));
+    return _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ));
+}
+
+inline __m256 silu8(__m256 x) {
+    const __m256 one = _mm256_set1_ps(1.f);
+    return _mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+inline __m256 sigmoid8(__m256 x) {
+    const __m256 one = _mm256_set1_ps(1.f);
+    return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+// y[0..n) = f(a[i], b[i]) 8 lanes at a time; the last n % 8 go through a
+// zero-padded copy, so every element sees the same approximation.
+template <class F>
+void map8(const float* a, const float* b, float* y, int64_t n, const F& f) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, f(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    if (i == n) return;
+    float ta[8] = {}, tb[8] = {}, ty[8];  // unaligned accesses: MinGW does not align the stack to 32
+    for (int64_t j = i; j < n; ++j) {
+        ta[j - i] = a[j];
+        tb[j - i] = b[j];
+    }
+    _mm256_storeu_ps(ty, f(_mm256_loadu_ps(ta), _mm256_loadu_ps(tb)));
+    for (int64_t j = i; j < n; ++j) y[j] = ty[j - i];
+}
+
+void silu(const float* x, float* y, int64_t n) {
+    map8(x, x, y, n, [](__m256 a, __m256) { return silu8(a); });
+}
+void silu_mul(const float* g, const float* u, float* y, int64_t n) {
+    map8(g, u, y, n, [](__m256 a, __m256 b) { return _mm256_mul_ps(silu8(a), b); });
+}
+void sigmoid_mul(const float* x, const float* g, float* y, int64_t n) {
+    map8(x, g, y, n, [](__m256 a, __m256 b) { return _mm256_mul_ps(a, sigmoid8(b)); });
+}
+
+double sum_squares(const float* x, int64_t n) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), b = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        s0 = _mm256_fmadd_pd(a, a, s0);  // float squares are exact in double
+        s1 = _mm256_fmadd_pd(b, b, s1);
+    }
+    s0 = _mm256_add_pd(s0, s1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s0), _mm256_extractf128_pd(s0, 1));
+    double ss = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; ++i) ss += double(x[i]) * double(x[i]);
+    return ss;
+}
+
+float exp_sub_sum(float* x, int64_t n, float m) {
+    const __m256 mv = _mm256_set1_ps(m);
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_fmadd_ps(dv, _mm256_loadu_ps(k + i), _mm256_loadu_ps(s + i));
-        _mm256_storeu_ps(s + i, v);
-        acc = _mm256_fmadd_ps(v, _mm256_loadu_ps(q + i), acc);
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
     }
-    float r = hsum(acc);
-    for (; i < n; ++i) r += (s[i] += delta * k[i]) * q[i];
-    return r;
+    float sum = hsum(acc);
+    if (i < n) {
+        float t[8] = {}, e[8];
+        for (int64_t j = i; j < n; ++j) t[j - i] = x[j];
+        _mm256_storeu_ps(e, exp8(_mm256_sub_ps(_mm256_loadu_ps(t), mv)));
+        for (int64_t j = i; j < n; ++j) sum += (x[j] = e[j - i]);
+    }
+    return sum;
 }
 }  // namespace
 
 const VecOps* vec_avx2() {
-    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, scale_dot, axpy_dot, "avx2"};
+    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, dot_heads, dot_heads_f16, axpy_heads, axpy_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
+                            sum_squares, exp_sub_sum, "avx2"};
     return &ops;
 }
 
