@@ -5,6 +5,7 @@
 // CPU (or the build) has no AVX2 form.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -120,7 +121,7 @@ TEST(CpuVec, HeadFormsEqualOneHeadAtATime) {
     for (const VecOps* ops : tables)
         for (int64_t n : {5, 24, 256, 261})
             for (int64_t heads : {1, 3, 4, 7}) {
-                const std::vector<float> k = random_vec(size_t(n), 1, -1.f, 1.f), w = random_vec(size_t(heads), 2, -1.f, 1.f);
+                const std::vector<float> k = random_vec(size_t(n), 1, -1.f, 1.f);
                 std::vector<uint16_t> kh(static_cast<size_t>(n));
                 ops->to_f16(k.data(), kh.data(), n);
                 std::vector<std::vector<float>> q, acc;
@@ -138,15 +139,24 @@ TEST(CpuVec, HeadFormsEqualOneHeadAtATime) {
                 std::vector<float> dots(static_cast<size_t>(heads)), dots_f16(static_cast<size_t>(heads));
                 ops->dot_heads(k.data(), qp.data(), heads, n, dots.data());
                 ops->dot_heads_f16(kh.data(), qp.data(), heads, n, dots_f16.data());
-                ops->axpy_heads(w.data(), k.data(), ap.data(), heads, n);
+                // Rows: k, then k reversed, weights w[h * 2 + j] -- two rows 2n apart in one buffer.
+                std::vector<float> rows(size_t(3 * n));
+                std::copy(k.begin(), k.end(), rows.begin());
+                std::copy(k.rbegin(), k.rend(), rows.begin() + 2 * n);
+                std::vector<uint16_t> rows_h(rows.size());
+                ops->to_f16(rows.data(), rows_h.data(), int64_t(rows.size()));
+                const std::vector<float> w2 = random_vec(size_t(2 * heads), 3, -1.f, 1.f);
+                ops->axpy_rows_heads(w2.data(), 2, rows.data(), 2 * n, 2, ap.data(), heads, n);
                 for (int64_t h = 0; h < heads; ++h) ap[size_t(h)] = acc_f16[size_t(h)].data();
-                ops->axpy_heads_f16(w.data(), kh.data(), ap.data(), heads, n);
+                ops->axpy_rows_heads_f16(w2.data(), 2, rows_h.data(), 2 * n, 2, ap.data(), heads, n);
                 for (int64_t h = 0; h < heads; ++h) {
                     const size_t i = size_t(h);
                     EXPECT_EQ(dots[i], ops->dot(k.data(), q[i].data(), n)) << ops->name << " n " << n << " head " << h;
                     EXPECT_EQ(dots_f16[i], ops->dot_f16(kh.data(), q[i].data(), n)) << ops->name << " n " << n;
-                    ops->axpy(w[i], k.data(), want[i].data(), n);
-                    ops->axpy_f16(w[i], kh.data(), want_f16[i].data(), n);
+                    for (int64_t j = 0; j < 2; ++j) {
+                        ops->axpy(w2[size_t(h * 2 + j)], rows.data() + j * 2 * n, want[i].data(), n);
+                        ops->axpy_f16(w2[size_t(h * 2 + j)], rows_h.data() + j * 2 * n, want_f16[i].data(), n);
+                    }
                     EXPECT_EQ(acc[i], want[i]) << ops->name << " n " << n << " head " << h;
                     EXPECT_EQ(acc_f16[i], want_f16[i]) << ops->name << " n " << n << " head " << h;
                 }

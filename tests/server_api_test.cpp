@@ -624,7 +624,12 @@ TEST(ServerLimits, ApiKeyQueueAndShutdown) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < deadline) {
         Reply m = call(port, "GET", "/metrics", "", auth);
-        if (m.raw.find("\nqinfer_queue_depth 1\n") != std::string::npos) break;
+        // Both: one running and one waiting. The queue depth alone is also 1
+        // while the first request waits for the free slot, and a third request
+        // sent then could take the second one's queue place.
+        if (m.raw.find("\nqinfer_queue_depth 1\n") != std::string::npos &&
+            m.raw.find("\nqinfer_active_sequences 1\n") != std::string::npos)
+            break;
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     Reply busy = post(port, "/v1/completions", longreq, auth);

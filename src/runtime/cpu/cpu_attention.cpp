@@ -94,7 +94,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
         const auto heads = static_cast<size_t>(group);
         std::vector<const float*> qs(heads);  // the group's query heads
         std::vector<float*> accs(heads);      // and their output accumulators
-        std::vector<float> dots(heads), ws(heads);
+        std::vector<float> dots(heads);
         for (int64_t i = i0; i < i1; ++i) {
             const Task& tk = tasks[size_t(i)];
             const int32_t s = step.slot[size_t(tk.t)];
@@ -134,16 +134,18 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                     ph[0] = mx;
                     ph[1] += vo.exp_sub_sum(sh, n, mx);
                 }
-                for (int64_t j = 0; j < n; ++j) {
-                    const void* vr = V.row<void>(tk.g, b0 + j, s);
-                    if (q8) {
-                        dequantize_row(GgmlType::Q8_0, vr, row.data(), d);
-                        vr = row.data();
+                const void* v0 = V.row<void>(tk.g, b0, s);
+                if (f16)  // the block's value rows in one pass, the accumulators in registers
+                    vo.axpy_rows_heads_f16(sc.data(), kChunk, static_cast<const uint16_t*>(v0),
+                                           int64_t(V.nb[2] / 2), n, accs.data(), group, d);
+                else if (!q8)
+                    vo.axpy_rows_heads(sc.data(), kChunk, static_cast<const float*>(v0), int64_t(V.nb[2] / 4), n,
+                                       accs.data(), group, d);
+                else
+                    for (int64_t j = 0; j < n; ++j) {
+                        dequantize_row(GgmlType::Q8_0, V.row<void>(tk.g, b0 + j, s), row.data(), d);
+                        vo.axpy_rows_heads(sc.data() + j, kChunk, row.data(), 0, 1, accs.data(), group, d);
                     }
-                    for (int64_t h = 0; h < group; ++h) ws[size_t(h)] = sc[size_t(h * kChunk + j)];
-                    if (f16) vo.axpy_heads_f16(ws.data(), static_cast<const uint16_t*>(vr), accs.data(), group, d);
-                    else vo.axpy_heads(ws.data(), static_cast<const float*>(vr), accs.data(), group, d);
-                }
             }
         }
     });

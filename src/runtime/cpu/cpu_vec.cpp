@@ -43,11 +43,15 @@ void dot_heads(const float* k, const float* const* q, int64_t heads, int64_t n, 
 void dot_heads_f16(const uint16_t* k, const float* const* q, int64_t heads, int64_t n, float* out) {
     for (int64_t h = 0; h < heads; ++h) out[h] = dot_f16(k, q[h], n);
 }
-void axpy_heads(const float* w, const float* v, float* const* acc, int64_t heads, int64_t n) {
-    for (int64_t h = 0; h < heads; ++h) axpy(w[h], v, acc[h], n);
+void axpy_rows_heads(const float* w, int64_t ws, const float* v, int64_t vs, int64_t rows, float* const* acc,
+                     int64_t heads, int64_t n) {
+    for (int64_t j = 0; j < rows; ++j)
+        for (int64_t h = 0; h < heads; ++h) axpy(w[h * ws + j], v + j * vs, acc[h], n);
 }
-void axpy_heads_f16(const float* w, const uint16_t* v, float* const* acc, int64_t heads, int64_t n) {
-    for (int64_t h = 0; h < heads; ++h) axpy_f16(w[h], v, acc[h], n);
+void axpy_rows_heads_f16(const float* w, int64_t ws, const uint16_t* v, int64_t vs, int64_t rows, float* const* acc,
+                         int64_t heads, int64_t n) {
+    for (int64_t j = 0; j < rows; ++j)
+        for (int64_t h = 0; h < heads; ++h) axpy_f16(w[h * ws + j], v + j * vs, acc[h], n);
 }
 void delta_step(float* S, int64_t rows, int64_t n, float alpha, float beta, const float* k, const float* q,
                 const float* v, float scale, float* out) {
@@ -81,7 +85,8 @@ float exp_sub_sum(float* x, int64_t n, float m) {
 }  // namespace
 
 const VecOps& vec_scalar() {
-    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, dot_heads, dot_heads_f16, axpy_heads, axpy_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
+    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, dot_heads, dot_heads_f16,
+                            axpy_rows_heads, axpy_rows_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
                             sum_squares, exp_sub_sum, "scalar"};
     return ops;
 }

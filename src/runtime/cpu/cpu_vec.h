@@ -14,13 +14,17 @@ struct VecOps {
     void (*axpy)(float w, const float* x, float* y, int64_t n);           // y += w x
     void (*axpy_f16)(float w, const uint16_t* x, float* y, int64_t n);
     void (*to_f16)(const float* x, uint16_t* y, int64_t n);
-    // The same for the query heads of one kv head: out[h] = dot(k, q[h]) and
-    // acc[h] += w[h] v, each head's result bit-identical to dot / axpy (and
-    // their f16 forms), with the cached row loaded and converted once.
+    // The same for the query heads of one kv head, each head's result
+    // bit-identical to dot / axpy (and their f16 forms) called per head and row:
+    //   out[h] = dot(k, q[h]), the cached row loaded and converted once;
+    //   acc[h] += sum_j w[h * w_stride + j] v_j for rows v_j = v + j * v_stride,
+    //   j ascending (axpy per row), the accumulators held in registers over the rows.
     void (*dot_heads)(const float* k, const float* const* q, int64_t heads, int64_t n, float* out);
     void (*dot_heads_f16)(const uint16_t* k, const float* const* q, int64_t heads, int64_t n, float* out);
-    void (*axpy_heads)(const float* w, const float* v, float* const* acc, int64_t heads, int64_t n);
-    void (*axpy_heads_f16)(const float* w, const uint16_t* v, float* const* acc, int64_t heads, int64_t n);
+    void (*axpy_rows_heads)(const float* w, int64_t w_stride, const float* v, int64_t v_stride, int64_t rows,
+                            float* const* acc, int64_t heads, int64_t n);
+    void (*axpy_rows_heads_f16)(const float* w, int64_t w_stride, const uint16_t* v, int64_t v_stride, int64_t rows,
+                                float* const* acc, int64_t heads, int64_t n);
     // One token of the gated delta rule on one head's state S (rows x n, row r
     // the state of value channel r), in the definition's order per row:
     //   S_r *= alpha;  delta = beta (v_r - S_r . k);  S_r += delta k;

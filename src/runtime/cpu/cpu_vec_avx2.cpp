@@ -112,26 +112,60 @@ void dot_heads_f16(const uint16_t* k, const float* const* q, int64_t heads, int6
         for (int64_t h = 0; h < heads; ++h) out[h] = std::fma(fp16_to_fp32(k[i]), q[h][i], out[h]);
 }
 
+// H heads x CB 8-column blocks of the accumulators held in registers while
+// the rows go by, each element's chain of fmas in row order as axpy makes it.
+template <int H, int CB, class Load>
+void axpy_rows_tile(const float* w, int64_t ws, const Load& load, int64_t rows, float* const* acc, int64_t c) {
+    __m256 a[H][CB];
+    for (int h = 0; h < H; ++h)
+        for (int b = 0; b < CB; ++b) a[h][b] = _mm256_loadu_ps(acc[h] + c + 8 * b);
+    for (int64_t j = 0; j < rows; ++j) {
+        __m256 v[CB];
+        for (int b = 0; b < CB; ++b) v[b] = load(j, c + 8 * b);
+        for (int h = 0; h < H; ++h) {
+            const __m256 wj = _mm256_set1_ps(w[h * ws + j]);
+            for (int b = 0; b < CB; ++b) a[h][b] = _mm256_fmadd_ps(wj, v[b], a[h][b]);
+        }
+    }
+    for (int h = 0; h < H; ++h)
+        for (int b = 0; b < CB; ++b) _mm256_storeu_ps(acc[h] + c + 8 * b, a[h][b]);
+}
+
+template <int H, class Load>
+void axpy_rows_n(const float* w, int64_t ws, const Load& load, int64_t rows, float* const* acc, int64_t n) {
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16) axpy_rows_tile<H, 2>(w, ws, load, rows, acc, c);
+    if (c + 8 <= n) axpy_rows_tile<H, 1>(w, ws, load, rows, acc, c);
+}
+
 template <class Load>
-void axpy_heads_any(const float* w, const Load& load, float* const* acc, int64_t heads, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = load(i);
-        for (int64_t h = 0; h < heads; ++h)
-            _mm256_storeu_ps(acc[h] + i, _mm256_fmadd_ps(_mm256_set1_ps(w[h]), v, _mm256_loadu_ps(acc[h] + i)));
+void axpy_rows_any(const float* w, int64_t ws, const Load& load, int64_t rows, float* const* acc, int64_t heads,
+                   int64_t n) {
+    int64_t h = 0;
+    for (; h + 4 <= heads; h += 4) axpy_rows_n<4>(w + h * ws, ws, load, rows, acc + h, n);
+    switch (heads - h) {
+        case 3: axpy_rows_n<3>(w + h * ws, ws, load, rows, acc + h, n); break;
+        case 2: axpy_rows_n<2>(w + h * ws, ws, load, rows, acc + h, n); break;
+        case 1: axpy_rows_n<1>(w + h * ws, ws, load, rows, acc + h, n); break;
+        default: break;
     }
 }
 
-void axpy_heads(const float* w, const float* v, float* const* acc, int64_t heads, int64_t n) {
-    axpy_heads_any(w, [v](int64_t i) { return _mm256_loadu_ps(v + i); }, acc, heads, n);
-    for (int64_t i = n - n % 8; i < n; ++i)
-        for (int64_t h = 0; h < heads; ++h) acc[h][i] = std::fma(w[h], v[i], acc[h][i]);
+void axpy_rows_heads(const float* w, int64_t ws, const float* v, int64_t vs, int64_t rows, float* const* acc,
+                     int64_t heads, int64_t n) {
+    axpy_rows_any(w, ws, [v, vs](int64_t j, int64_t c) { return _mm256_loadu_ps(v + j * vs + c); }, rows, acc, heads, n);
+    for (int64_t h = 0; h < heads; ++h)
+        for (int64_t c = n - n % 8; c < n; ++c)
+            for (int64_t j = 0; j < rows; ++j) acc[h][c] = std::fma(w[h * ws + j], v[j * vs + c], acc[h][c]);
 }
 
-void axpy_heads_f16(const float* w, const uint16_t* v, float* const* acc, int64_t heads, int64_t n) {
-    axpy_heads_any(w, [v](int64_t i) { return load_h(v + i); }, acc, heads, n);
-    for (int64_t i = n - n % 8; i < n; ++i)
-        for (int64_t h = 0; h < heads; ++h) acc[h][i] = std::fma(w[h], fp16_to_fp32(v[i]), acc[h][i]);
+void axpy_rows_heads_f16(const float* w, int64_t ws, const uint16_t* v, int64_t vs, int64_t rows, float* const* acc,
+                         int64_t heads, int64_t n) {
+    axpy_rows_any(w, ws, [v, vs](int64_t j, int64_t c) { return load_h(v + j * vs + c); }, rows, acc, heads, n);
+    for (int64_t h = 0; h < heads; ++h)
+        for (int64_t c = n - n % 8; c < n; ++c)
+            for (int64_t j = 0; j < rows; ++j)
+                acc[h][c] = std::fma(w[h * ws + j], fp16_to_fp32(v[j * vs + c]), acc[h][c]);
 }
 
 // Rows of the delta rule R at a time, each row's sums as the one-row loop
@@ -280,7 +314,8 @@ float exp_sub_sum(float* x, int64_t n, float m) {
 }  // namespace
 
 const VecOps* vec_avx2() {
-    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, dot_heads, dot_heads_f16, axpy_heads, axpy_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
+    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, dot_heads, dot_heads_f16,
+                            axpy_rows_heads, axpy_rows_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
                             sum_squares, exp_sub_sum, "avx2"};
     return &ops;
 }
