@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "quant/cpu_kernels.h"
 #include "quant/cpu_matmul.h"
 #include "quant/quant.h"
+#include "quant/quant_ref.h"
 #include "testutil.h"
 
 #if defined(__linux__)
@@ -243,3 +246,41 @@ TEST(QuantMatmul, EnvironmentCanLowerTheIsa) {
     EXPECT_NE(out.find("cpu kernel isa: scalar"), std::string::npos) << out;
 }
 #endif
+
+// The SIMD Q8_K activation quantizer against quantize_ref_q8_K, byte for byte:
+// random rows at several scales, and the edge cases of its maximum search and
+// rounding (zero blocks, equal magnitudes of both signs, halves after scaling,
+// NaN and infinity).
+TEST(QuantMatmul, SimdQ8KActivationsEqualTheReferenceQuantizer) {
+    const kernels::KernelTable* t = kernels::avx2_table();
+    if (!t || !t->quantize_q8_K || !kernels::cpu_supports(Isa::Avx2)) GTEST_SKIP() << "no AVX2 quantizer here";
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<std::vector<float>> rows;
+    for (float scale : {1e-30f, 1e-3f, 1.f, 1e4f}) {
+        std::vector<float> r(4 * QK_K);
+        for (float& v : r) v = nd(rng) * scale;
+        rows.push_back(r);
+    }
+    std::vector<float> edge(5 * QK_K, 0.f);  // block 0: all zero
+    for (int j = 0; j < QK_K; ++j) edge[size_t(QK_K + j)] = float(j % 7) - 3.f;  // block 1: -3 before +3
+    edge[size_t(QK_K + 200)] = 3.f;
+    for (int j = 0; j < QK_K; ++j) edge[size_t(2 * QK_K + j)] = 127.f * float(j - 128) / 254.f;  // halves after x (-127/max)
+    edge[size_t(2 * QK_K + 5)] = -127.f;
+    for (int j = 0; j < QK_K; ++j) edge[size_t(3 * QK_K + j)] = float(j) * 0.01f;
+    edge[size_t(3 * QK_K + 17)] = std::numeric_limits<float>::quiet_NaN();  // block 3: a NaN
+    edge[size_t(4 * QK_K + 3)] = std::numeric_limits<float>::infinity();  // block 4: an infinity
+    edge[size_t(4 * QK_K + 9)] = 2.f;
+    rows.push_back(edge);
+    for (const std::vector<float>& r : rows) {
+        const int64_t n = int64_t(r.size());
+        std::vector<block_q8_K> want(size_t(n / QK_K)), got(size_t(n / QK_K));
+        quantize_ref_q8_K(r.data(), want.data(), n);
+        t->quantize_q8_K(r.data(), got.data(), n);
+        for (size_t b = 0; b < want.size(); ++b) {
+            EXPECT_EQ(std::memcmp(&want[b].d, &got[b].d, sizeof want[b].d), 0) << "block " << b << " d";
+            EXPECT_EQ(std::memcmp(want[b].qs, got[b].qs, sizeof want[b].qs), 0) << "block " << b << " qs";
+            EXPECT_EQ(std::memcmp(want[b].bsums, got[b].bsums, sizeof want[b].bsums), 0) << "block " << b << " bsums";
+        }
+    }
+}

@@ -327,6 +327,49 @@ TEST(RuntimeOps, AttentionGqaSlotsAndSteps) {
     }
 }
 
+// The CPU backend's prompt path (query tiles for segments of 8+ tokens) must
+// give the per-token tasks' results bit for bit, so that cache rows and
+// outputs do not depend on how a prompt is cut into steps (prompt-cache
+// snapshots rely on it). Chunks of 7 tokens x 8 kv heads run the unsplit
+// per-token tasks; the prompt crosses the 256-position softmax blocks, the
+// head sizes take dot's 16-, 8-column and tail steps, odd groups make odd tiles.
+TEST(RuntimeOps, CpuPromptAttentionEqualsShortChunks) {
+    auto be = make_cpu_backend(std::make_shared<ThreadPool>(2));
+    const int64_t n_kv = 8, n_ctx = 320, P = 300, extra = 14;
+    for (GgmlType kv : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0})
+        for (int64_t d : {64, 40, 36})
+            for (int64_t group : {1, 3}) {
+                if (kv == GgmlType::Q8_0 && d % 32) continue;
+                const int64_t n_head = n_kv * group;
+                KvCache cache{be->alloc(kv, {d, n_kv, n_ctx, 2}), be->alloc(kv, {d, n_kv, n_ctx, 2})};
+                const std::vector<float> q = random_vec(size_t(d * n_head * (P + extra)), 1, -2, 2),
+                                         k = random_vec(size_t(d * n_kv * (P + extra)), 2, -2, 2),
+                                         v = random_vec(size_t(d * n_kv * (P + extra)), 3);
+                // tokens [first, first + n) of the sequence as one step in `slot`
+                auto step = [&](int64_t first, int64_t n, int slot) {
+                    StepInfo st = make_step(*be, {{0, int32_t(n), slot, int32_t(first)}});
+                    auto part = [&](const std::vector<float>& x, int64_t heads) {
+                        return std::vector<float>(x.begin() + first * d * heads, x.begin() + (first + n) * d * heads);
+                    };
+                    Tensor out = be->alloc(GgmlType::F32, {d, n_head, n});
+                    be->attention(upload(*be, part(q, n_head), {d, n_head, n}), upload(*be, part(k, n_kv), {d, n_kv, n}),
+                                  upload(*be, part(v, n_kv), {d, n_kv, n}), cache, st, 0.125f, out);
+                    return download(*be, out);
+                };
+                std::vector<float> whole = step(0, P, 0), more = step(P, extra, 0);
+                whole.insert(whole.end(), more.begin(), more.end());
+                std::vector<float> chunks;
+                for (int64_t t = 0; t < P + extra; t += 7) {
+                    const std::vector<float> c = step(t, std::min<int64_t>(7, P + extra - t), 1);
+                    chunks.insert(chunks.end(), c.begin(), c.end());
+                }
+                ASSERT_EQ(whole.size(), chunks.size());
+                size_t differ = 0;
+                for (size_t i = 0; i < whole.size(); ++i) differ += whole[i] != chunks[i];
+                EXPECT_EQ(differ, 0u) << type_name(kv) << " cache, d " << d << ", group " << group;
+            }
+}
+
 // Host Gated DeltaNet: conv + SiLU with state, then the delta rule of spec §5.6
 // literally (decay, S k, delta, rank-1 update, read-out), in double.
 struct HostDeltaNet {

@@ -11,6 +11,7 @@
 
 namespace qinfer {
 class ThreadPool;
+struct block_q8_K;
 }
 
 namespace qinfer::kernels {
@@ -40,6 +41,9 @@ struct KernelTable {
     // first starting from 0, gives exactly the one-pass result. Only where a
     // SIMD file provides it.
     DotFn dot_continue[kTypeSlots] = {};
+    // f32 activations -> Q8_K blocks, bit-identical to quantize_ref_q8_K
+    // (nullptr: that reference quantizer).
+    void (*quantize_q8_K)(const float* x, block_q8_K* y, int64_t n) = nullptr;
 };
 
 // Tables per ISA; nullptr when the ISA was not compiled in. Entries missing in a

@@ -131,11 +131,16 @@ void quantize_act_q8(const float* x, B* y, int64_t K) {
     }
 }
 
-void quantize_activation_row(ActFormat f, const float* x, uint8_t* dst, int64_t K) {
+void quantize_activation_row(Isa isa, ActFormat f, const float* x, uint8_t* dst, int64_t K) {
     switch (f) {
         case ActFormat::Q8_0: quantize_act_q8(x, reinterpret_cast<block_q8_0*>(dst), K); break;
         case ActFormat::Q8_1: quantize_act_q8(x, reinterpret_cast<block_q8_1*>(dst), K); break;
-        case ActFormat::Q8_K: quantize_ref_q8_K(x, reinterpret_cast<block_q8_K*>(dst), K); break;
+        case ActFormat::Q8_K:
+            if (isa >= Isa::Avx2 && avx2_table() && avx2_table()->quantize_q8_K)
+                avx2_table()->quantize_q8_K(x, reinterpret_cast<block_q8_K*>(dst), K);
+            else
+                quantize_ref_q8_K(x, reinterpret_cast<block_q8_K*>(dst), K);
+            break;
         case ActFormat::F32: std::memcpy(dst, x, size_t(K) * 4); break;
     }
 }
@@ -304,9 +309,9 @@ void matmul_group_isa(Isa isa, const MatmulJob* jobs, size_t n_jobs, int64_t K, 
         if (buf.size() < ab * size_t(T)) buf.resize(ab * size_t(T));
         uint8_t* dst = buf.data();
         if (T >= 4 && pool.size() > 1)
-            pool.parallel_for(T, [&](int64_t t, int) { quantize_activation_row(af, x + t * K, dst + t * ab, K); });
+            pool.parallel_for(T, [&](int64_t t, int) { quantize_activation_row(isa, af, x + t * K, dst + t * ab, K); });
         else
-            for (int64_t t = 0; t < T; ++t) quantize_activation_row(af, x + t * K, dst + t * ab, K);
+            for (int64_t t = 0; t < T; ++t) quantize_activation_row(isa, af, x + t * K, dst + t * ab, K);
         act[f] = dst;
     }
 

@@ -10,6 +10,13 @@
 // per group; and since the split depends only on the batch, the result does not
 // depend on the thread count. A q8_0 cache stores each row of a kv head as
 // head_dim / 32 blocks (the GGUF Q8_0 block: an f16 scale, 32 int8 values).
+//
+// Prompt segments (kTileTokens+ tokens) take query tiles instead: a task is
+// (kv head, a few consecutive tokens), whose tokens x group query rows share
+// every key and value tile (scores by VecOps::dot_tile, the weighted values
+// with the accumulators in registers), so each cached row is read once per
+// tile rather than once per token. Its scores sum in another order than a
+// decode step's: batch and token-by-token results agree up to rounding.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -29,6 +36,110 @@ struct Task {
     int64_t t, g, j0, j1;  // token, kv head, position range
     size_t part;           // offset of its partial results
 };
+
+constexpr int64_t kTileTokens = 8;  // prompt segments at least this long take query tiles
+constexpr int64_t kSubTile = 64;    // keys converted to f32 at a time
+
+struct TileTask {
+    int64_t t0, t1, g;  // tokens [t0, t1) of one segment, kv head
+};
+
+// The cache and the step's tensors as one query tile sees them.
+struct TileArgs {
+    const Tensor &q, &K, &V, &out;
+    const StepInfo& step;
+    int64_t group, d;
+    float scale;
+    const cpu::VecOps& vo;
+};
+
+// Per-thread buffers of query tiles.
+struct TileScratch {
+    std::vector<float> kv;  // kSubTile key (or q8_0 value) rows as f32
+    std::vector<float> s;   // scores, then weights: rows x kChunk
+    std::vector<float> o, mx, sum;
+    std::vector<const float*> q;
+    std::vector<float*> o_rows;
+};
+
+// One query tile (rows: token-major, then the group's heads) over all of its
+// keys, with the arithmetic of the per-token tasks, bit for bit: kChunk blocks
+// from position 0, each score as dot(), the block's max, rescale and
+// exp_sub_sum over the row's own keys, the weighted values in key order (keys
+// past a row's position weigh zero), and the final 1 / sum in double. So a
+// prompt gives the same cache rows and outputs whatever its chunking.
+void attend_tile(const TileArgs& a, const TileTask& tk, TileScratch& sc) {
+    const int64_t d = a.d, M = (tk.t1 - tk.t0) * a.group;
+    const int32_t slot = a.step.slot[size_t(tk.t0)];
+    const bool f16 = a.K.type == GgmlType::F16, q8 = a.K.type == GgmlType::Q8_0;
+    sc.s.resize(size_t(M * kChunk));
+    sc.o.assign(size_t(M * d), 0.f);
+    sc.mx.assign(size_t(M), -INFINITY);
+    sc.sum.assign(size_t(M), 0.f);
+    sc.q.resize(size_t(M));
+    sc.o_rows.resize(size_t(M));
+    sc.kv.resize(size_t(kSubTile * d));
+    for (int64_t i = 0; i < M; ++i) {
+        sc.q[size_t(i)] = a.q.row<float>(tk.g * a.group + i % a.group, tk.t0 + i / a.group);
+        sc.o_rows[size_t(i)] = &sc.o[size_t(i * d)];
+    }
+    const int64_t n_keys = int64_t(a.step.pos[size_t(tk.t1 - 1)]) + 1;  // the last token sees the most
+    for (int64_t b0 = 0; b0 < n_keys; b0 += kChunk) {
+        const int64_t nb = std::min(kChunk, n_keys - b0);
+        for (int64_t j0 = 0; j0 < nb; j0 += kSubTile) {
+            const int64_t nk = std::min(kSubTile, nb - j0);
+            const float* kp = sc.kv.data();
+            int64_t ks = d;
+            if (f16)
+                for (int64_t j = 0; j < nk; ++j)
+                    a.vo.to_f32(a.K.row<uint16_t>(tk.g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
+            else if (q8)
+                for (int64_t j = 0; j < nk; ++j)
+                    dequantize_row(GgmlType::Q8_0, a.K.row<void>(tk.g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
+            else {
+                kp = a.K.row<float>(tk.g, b0 + j0, slot);
+                ks = int64_t(a.K.nb[2] / sizeof(float));
+            }
+            a.vo.dot_tile(sc.q.data(), M, kp, ks, nk, d, a.scale, &sc.s[size_t(j0)], kChunk);
+        }
+        for (int64_t i = 0; i < M; ++i) {
+            float* si = &sc.s[size_t(i * kChunk)];
+            // Causal: this row's token sees positions up to its own.
+            const int64_t n = std::clamp(int64_t(a.step.pos[size_t(tk.t0 + i / a.group)]) + 1 - b0, int64_t(0), nb);
+            if (n > 0) {
+                float& mx = sc.mx[size_t(i)];
+                float& sum = sc.sum[size_t(i)];
+                const float m = std::max(mx, *std::max_element(si, si + n));
+                if (m > mx && sum > 0.f) {  // rescale what was summed under the old max
+                    const float r = std::exp(mx - m);
+                    sum *= r;
+                    for (int64_t e = 0; e < d; ++e) sc.o[size_t(i * d + e)] *= r;
+                }
+                mx = m;
+                sum += a.vo.exp_sub_sum(si, n, m);
+            }
+            std::fill(si + n, si + nb, 0.f);
+        }
+        if (f16)
+            a.vo.axpy_rows_heads_f16(sc.s.data(), kChunk, a.V.row<uint16_t>(tk.g, b0, slot), int64_t(a.V.nb[2] / 2),
+                                     nb, sc.o_rows.data(), M, d);
+        else if (!q8)
+            a.vo.axpy_rows_heads(sc.s.data(), kChunk, a.V.row<float>(tk.g, b0, slot),
+                                 int64_t(a.V.nb[2] / sizeof(float)), nb, sc.o_rows.data(), M, d);
+        else
+            for (int64_t j0 = 0; j0 < nb; j0 += kSubTile) {
+                const int64_t nk = std::min(kSubTile, nb - j0);
+                for (int64_t j = 0; j < nk; ++j)
+                    dequantize_row(GgmlType::Q8_0, a.V.row<void>(tk.g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
+                a.vo.axpy_rows_heads(&sc.s[size_t(j0)], kChunk, sc.kv.data(), d, nk, sc.o_rows.data(), M, d);
+            }
+    }
+    for (int64_t i = 0; i < M; ++i) {
+        float* o = a.out.row<float>(tk.g * a.group + i % a.group, tk.t0 + i / a.group);
+        const float inv = float(1.0 / double(sc.sum[size_t(i)]));
+        for (int64_t e = 0; e < d; ++e) o[e] = sc.o[size_t(i * d + e)] * inv;
+    }
+}
 }  // namespace
 
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const KvCache& cache,
@@ -72,10 +183,24 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     //    are cut into kChunk pieces so that all threads get work; with many, one
     //    task per pair keeps the partial results small. The rule depends on the
     //    batch only, never on the thread count.
+    //    Tokens of long prompt segments go to query tiles (2b) instead.
+    std::vector<char> tiled(size_t(T), 0);
+    std::vector<TileTask> tiles;
+    if (d % 8 == 0) {
+        const int64_t tile_tokens = std::max<int64_t>(1, 16 / group);  // ~16 query rows per tile
+        for (const StepInfo::Segment& sg : step.segments) {
+            if (sg.count < kTileTokens) continue;
+            std::fill_n(tiled.begin() + sg.first, sg.count, 1);
+            // Last tiles first: they see the most keys, and the pool's ranges start with them.
+            for (int64_t t1 = sg.first + sg.count; t1 > sg.first; t1 -= tile_tokens)
+                for (int64_t g = 0; g < n_kv; ++g) tiles.push_back({std::max<int64_t>(sg.first, t1 - tile_tokens), t1, g});
+        }
+    }
     const bool split = T * n_kv < 32;
     const size_t part_size = size_t(group * (d + 2));
     std::vector<Task> tasks;
     for (int64_t t = 0; t < T; ++t) {
+        if (tiled[size_t(t)]) continue;
         const int64_t n = int64_t(step.pos[size_t(t)]) + 1;
         for (int64_t g = 0; g < n_kv; ++g) {
             if (!split) tasks.push_back({t, g, 0, n, 0});
@@ -88,7 +213,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
 
     double work = 0;
     for (const Task& tk : tasks) work += double(tk.j1 - tk.j0) * double(group * d) * 2;
-    parallel_rows(int64_t(tasks.size()), work / double(tasks.size()), [&](int64_t i0, int64_t i1) {
+    parallel_rows(int64_t(tasks.size()), work / double(std::max<size_t>(tasks.size(), 1)), [&](int64_t i0, int64_t i1) {
         std::vector<float> sc(size_t(group * kChunk));
         std::vector<float> row(q8 ? size_t(d) : 0);  // a dequantized q8_0 K or V row
         const auto heads = static_cast<size_t>(group);
@@ -150,6 +275,16 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
         }
     });
 
+    // 2b. Query tiles.
+    if (!tiles.empty()) {
+        const TileArgs args{q, K, V, out, step, group, d, scale, vo};
+        const double tile_work = double(16 * d * 2) * double(step.pos[size_t(T - 1)] + 1) / 2;
+        parallel_rows(int64_t(tiles.size()), tile_work, [&](int64_t i0, int64_t i1) {
+            TileScratch scratch;
+            for (int64_t i = i0; i < i1; ++i) attend_tile(args, tiles[size_t(i)], scratch);
+        });
+    }
+
     // 3. Merge the chunks of every (token, query head), in chunk order.
     std::vector<size_t> first(size_t(T * n_kv) + 1, 0);
     for (size_t i = 0; i < tasks.size(); ++i) first[size_t(tasks[i].t * n_kv + tasks[i].g) + 1] = i + 1;
@@ -157,6 +292,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     parallel_rows(T * n_head, double(tasks.size()) / double(T * n_kv) * double(d), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t t = r / n_head, h = r % n_head, g = h / group, hh = h % group;
+            if (tiled[size_t(t)]) continue;
             const size_t c0 = first[size_t(t * n_kv + g)], c1 = first[size_t(t * n_kv + g) + 1];
             float mx = -INFINITY;
             for (size_t c = c0; c < c1; ++c) mx = std::max(mx, parts[tasks[c].part + size_t(hh * (d + 2))]);

@@ -108,6 +108,16 @@ private:
     std::vector<PendingMatmul> pending_;
     Tensor pending_x_;
 
+    // cos / sin of the last rope_neox call: every layer's q and k of a step
+    // rotate by the same positions and frequencies.
+    struct RopeTable {
+        std::vector<int32_t> pos;
+        int n_rot = 0;
+        float base = 0, freq_scale = 0;
+        std::vector<float> cs;  // per token and pair: cos, sin
+    };
+    RopeTable rope_;
+
     std::shared_ptr<ThreadPool> pool_;
     std::set<void*> owned_;
     std::unique_ptr<OpProfile> profile_;  // QINFER_CPU_PROFILE=1

@@ -129,16 +129,29 @@ void CpuBackend::rope_neox(const Tensor& x, const StepInfo& step, int n_rot, flo
         fail(strfmt("rope: %s %s does not fit %d tokens / n_rot %d", x.name, shape_str(x).c_str(), step.n_tokens,
                     n_rot));
     // cos/sin per token and pair. Angles in double: accurate at any position
-    // (spec pitfall 11), and computed once per token rather than per head.
-    std::vector<float> cs(size_t(T * half * 2));
-    for (int64_t t = 0; t < T; ++t) {
-        const double p = double(step.pos[size_t(t)]) * double(freq_scale);
-        for (int64_t i = 0; i < half; ++i) {
-            const double theta = p * std::pow(double(base), -2.0 * double(i) / double(n_rot));
-            cs[size_t((t * half + i) * 2)] = float(std::cos(theta));
-            cs[size_t((t * half + i) * 2 + 1)] = float(std::sin(theta));
-        }
+    // (spec pitfall 11), computed once per token rather than per head, and
+    // kept for the step's other calls (same positions, same frequencies).
+    RopeTable& rt = rope_;
+    if (rt.n_rot != n_rot || rt.base != base || rt.freq_scale != freq_scale || rt.pos != step.pos) {
+        rt.pos = step.pos;
+        rt.n_rot = n_rot;
+        rt.base = base;
+        rt.freq_scale = freq_scale;
+        rt.cs.resize(size_t(T * half * 2));
+        std::vector<double> freq(static_cast<size_t>(half));
+        for (int64_t i = 0; i < half; ++i) freq[size_t(i)] = std::pow(double(base), -2.0 * double(i) / double(n_rot));
+        parallel_rows(T, 40.0 * double(half), [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) {
+                const double p = double(step.pos[size_t(t)]) * double(freq_scale);
+                for (int64_t i = 0; i < half; ++i) {
+                    const double theta = p * freq[size_t(i)];
+                    rt.cs[size_t((t * half + i) * 2)] = float(std::cos(theta));
+                    rt.cs[size_t((t * half + i) * 2 + 1)] = float(std::sin(theta));
+                }
+            }
+        });
     }
+    const std::vector<float>& cs = rt.cs;
     parallel_rows(T * n_head, 4.0 * double(half), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const int64_t t = r / n_head;

@@ -37,6 +37,14 @@ void axpy_f16(float w, const uint16_t* x, float* y, int64_t n) {
 void to_f16(const float* x, uint16_t* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
+void to_f32(const uint16_t* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+}
+void dot_tile(const float* const* q, int64_t m, const float* k, int64_t ks, int64_t nk, int64_t n, float scale,
+              float* s, int64_t ss) {
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < nk; ++j) s[i * ss + j] = scale * dot(k + j * ks, q[i], n);
+}
 void dot_heads(const float* k, const float* const* q, int64_t heads, int64_t n, float* out) {
     for (int64_t h = 0; h < heads; ++h) out[h] = dot(k, q[h], n);
 }
@@ -85,7 +93,7 @@ float exp_sub_sum(float* x, int64_t n, float m) {
 }  // namespace
 
 const VecOps& vec_scalar() {
-    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, dot_heads, dot_heads_f16,
+    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, to_f32, dot_tile, dot_heads, dot_heads_f16,
                             axpy_rows_heads, axpy_rows_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
                             sum_squares, exp_sub_sum, "scalar"};
     return ops;

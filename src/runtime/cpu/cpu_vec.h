@@ -14,6 +14,12 @@ struct VecOps {
     void (*axpy)(float w, const float* x, float* y, int64_t n);           // y += w x
     void (*axpy_f16)(float w, const uint16_t* x, float* y, int64_t n);
     void (*to_f16)(const float* x, uint16_t* y, int64_t n);
+    void (*to_f32)(const uint16_t* x, float* y, int64_t n);
+    // s[i * s_stride + j] = scale * dot(k_j, q[i]), k_j = k + j * k_stride,
+    // for i < m, j < nk, each bit-identical to dot: a prompt tile's scores
+    // against a tile of cached keys, each key row loaded once for several rows.
+    void (*dot_tile)(const float* const* q, int64_t m, const float* k, int64_t k_stride, int64_t nk, int64_t n,
+                     float scale, float* s, int64_t s_stride);
     // The same for the query heads of one kv head, each head's result
     // bit-identical to dot / axpy (and their f16 forms) called per head and row:
     //   out[h] = dot(k, q[h]), the cached row loaded and converted once;

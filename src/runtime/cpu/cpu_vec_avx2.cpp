@@ -68,6 +68,67 @@ void to_f16(const float* x, uint16_t* y, int64_t n) {
     for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
+void to_f32(const uint16_t* x, float* y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_h(x + i));
+    for (; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+}
+
+// R query rows x C keys, each score summed exactly as dot() sums it (two
+// 8-lane accumulators over 16-column steps, then one 8-column step, the
+// horizontal sum, the tail): a prompt's scores equal a decode step's. Per 16
+// columns, 2C key loads and 2R query loads feed 2RC fmas.
+template <int R, int C>
+void dot_tile_rc(const float* const* q, const float* k, int64_t ks, int64_t n, float scale, float* s, int64_t ss) {
+    __m256 a0[R][C], a1[R][C];
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) a0[r][c] = a1[r][c] = _mm256_setzero_ps();
+    int64_t e = 0;
+    for (; e + 16 <= n; e += 16) {
+        __m256 k0[C], k1[C];
+        for (int c = 0; c < C; ++c) {
+            k0[c] = _mm256_loadu_ps(k + c * ks + e);
+            k1[c] = _mm256_loadu_ps(k + c * ks + e + 8);
+        }
+        for (int r = 0; r < R; ++r) {
+            const __m256 q0 = _mm256_loadu_ps(q[r] + e), q1 = _mm256_loadu_ps(q[r] + e + 8);
+            for (int c = 0; c < C; ++c) {
+                a0[r][c] = _mm256_fmadd_ps(k0[c], q0, a0[r][c]);
+                a1[r][c] = _mm256_fmadd_ps(k1[c], q1, a1[r][c]);
+            }
+        }
+    }
+    if (e + 8 <= n) {
+        for (int r = 0; r < R; ++r) {
+            const __m256 q0 = _mm256_loadu_ps(q[r] + e);
+            for (int c = 0; c < C; ++c) a0[r][c] = _mm256_fmadd_ps(_mm256_loadu_ps(k + c * ks + e), q0, a0[r][c]);
+        }
+        e += 8;
+    }
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) {
+            float v = hsum(_mm256_add_ps(a0[r][c], a1[r][c]));
+            for (int64_t t = e; t < n; ++t) v = std::fma(k[c * ks + t], q[r][t], v);
+            s[r * ss + c] = scale * v;
+        }
+}
+
+template <int R>
+void dot_tile_r(const float* const* q, const float* k, int64_t ks, int64_t nk, int64_t n, float scale, float* s,
+                int64_t ss) {
+    int64_t j = 0;
+    for (; j + 3 <= nk; j += 3) dot_tile_rc<R, 3>(q, k + j * ks, ks, n, scale, s + j, ss);
+    if (nk - j == 2) dot_tile_rc<R, 2>(q, k + j * ks, ks, n, scale, s + j, ss);
+    if (nk - j == 1) dot_tile_rc<R, 1>(q, k + j * ks, ks, n, scale, s + j, ss);
+}
+
+void dot_tile(const float* const* q, int64_t m, const float* k, int64_t ks, int64_t nk, int64_t n, float scale,
+              float* s, int64_t ss) {
+    int64_t i = 0;
+    for (; i + 2 <= m; i += 2) dot_tile_r<2>(q + i, k, ks, nk, n, scale, s + i * ss, ss);
+    if (i < m) dot_tile_r<1>(q + i, k, ks, nk, n, scale, s + i * ss, ss);
+}
+
 // Heads H at a time (H <= 4), each with dot's two accumulators and its order.
 template <int H, class Load>
 void dot_heads_n(const Load& load, const float* const* q, int64_t n, float* out) {
@@ -314,7 +375,7 @@ float exp_sub_sum(float* x, int64_t n, float m) {
 }  // namespace
 
 const VecOps* vec_avx2() {
-    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, dot_heads, dot_heads_f16,
+    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, to_f32, dot_tile, dot_heads, dot_heads_f16,
                             axpy_rows_heads, axpy_rows_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
                             sum_squares, exp_sub_sum, "avx2"};
     return &ops;
