@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "common/fp16.h"
 #include "runtime/cpu/cpu_vec.h"
 
 namespace qinfer::cpu {
@@ -113,53 +114,56 @@ TEST(CpuVec, ExpSubSumIsASoftmaxNumerator) {
     }
 }
 
-// The attention's group forms load a cached row once for all query heads; each
-// head's result must be the one-head function's, bit for bit, on every table.
-TEST(CpuVec, HeadFormsEqualOneHeadAtATime) {
+// The attention's tile forms: scores of several query rows against several
+// keys, and weighted value rows summed for several heads. Each result must be
+// the one-row function's (dot, axpy per row), bit for bit, on every table: the
+// per-token and the query-tile tasks rely on it.
+TEST(CpuVec, TileFormsEqualOneRowAtATime) {
     std::vector<const VecOps*> tables = {&vec_scalar()};
     if (const VecOps* ops = vec_avx2(); ops && &vec() == ops) tables.push_back(ops);
     for (const VecOps* ops : tables)
-        for (int64_t n : {5, 24, 256, 261})
-            for (int64_t heads : {1, 3, 4, 7}) {
-                const std::vector<float> k = random_vec(size_t(n), 1, -1.f, 1.f);
-                std::vector<uint16_t> kh(static_cast<size_t>(n));
-                ops->to_f16(k.data(), kh.data(), n);
+        for (int64_t n : {5, 24, 40, 256, 261})
+            for (int64_t m : {1, 2, 3, 4, 7}) {
+                const int64_t nk = 7, ks = n + 3;  // seven key rows of n, 3 floats apart
+                const std::vector<float> keys = random_vec(size_t(nk * ks), 1, -1.f, 1.f);
                 std::vector<std::vector<float>> q, acc;
                 std::vector<const float*> qp;
                 std::vector<float*> ap;
-                for (int64_t h = 0; h < heads; ++h) {
+                for (int64_t h = 0; h < m; ++h) {
                     q.push_back(random_vec(size_t(n), 10 + uint32_t(h), -1.f, 1.f));
                     acc.push_back(random_vec(size_t(n), 20 + uint32_t(h), -1.f, 1.f));
                 }
+                for (int64_t h = 0; h < m; ++h) qp.push_back(q[size_t(h)].data());
+                const int64_t ss = nk + 2;
+                std::vector<float> s(size_t(m * ss), -7.f);
+                ops->dot_tile(qp.data(), m, keys.data(), ks, nk, n, 0.3f, s.data(), ss);
+                for (int64_t i = 0; i < m; ++i)
+                    for (int64_t j = 0; j < nk; ++j)
+                        EXPECT_EQ(s[size_t(i * ss + j)], 0.3f * ops->dot(keys.data() + j * ks, q[size_t(i)].data(), n))
+                            << ops->name << " n " << n << " row " << i << " key " << j;
+
+                // Value rows: the keys reused, weights w[h * 9 + j], f32 and f16 forms.
+                std::vector<uint16_t> keys_h(keys.size());
+                ops->to_f16(keys.data(), keys_h.data(), int64_t(keys.size()));
+                const std::vector<float> w = random_vec(size_t(m * 9), 3, -1.f, 1.f);
                 std::vector<std::vector<float>> acc_f16 = acc, want = acc, want_f16 = acc;
-                for (int64_t h = 0; h < heads; ++h) {
-                    qp.push_back(q[size_t(h)].data());
-                    ap.push_back(acc[size_t(h)].data());
-                }
-                std::vector<float> dots(static_cast<size_t>(heads)), dots_f16(static_cast<size_t>(heads));
-                ops->dot_heads(k.data(), qp.data(), heads, n, dots.data());
-                ops->dot_heads_f16(kh.data(), qp.data(), heads, n, dots_f16.data());
-                // Rows: k, then k reversed, weights w[h * 2 + j] -- two rows 2n apart in one buffer.
-                std::vector<float> rows(size_t(3 * n));
-                std::copy(k.begin(), k.end(), rows.begin());
-                std::copy(k.rbegin(), k.rend(), rows.begin() + 2 * n);
-                std::vector<uint16_t> rows_h(rows.size());
-                ops->to_f16(rows.data(), rows_h.data(), int64_t(rows.size()));
-                const std::vector<float> w2 = random_vec(size_t(2 * heads), 3, -1.f, 1.f);
-                ops->axpy_rows_heads(w2.data(), 2, rows.data(), 2 * n, 2, ap.data(), heads, n);
-                for (int64_t h = 0; h < heads; ++h) ap[size_t(h)] = acc_f16[size_t(h)].data();
-                ops->axpy_rows_heads_f16(w2.data(), 2, rows_h.data(), 2 * n, 2, ap.data(), heads, n);
-                for (int64_t h = 0; h < heads; ++h) {
+                for (int64_t h = 0; h < m; ++h) ap.push_back(acc[size_t(h)].data());
+                ops->axpy_rows_heads(w.data(), 9, keys.data(), ks, nk, ap.data(), m, n);
+                for (int64_t h = 0; h < m; ++h) ap[size_t(h)] = acc_f16[size_t(h)].data();
+                ops->axpy_rows_heads_f16(w.data(), 9, keys_h.data(), ks, nk, ap.data(), m, n);
+                for (int64_t h = 0; h < m; ++h) {
                     const size_t i = size_t(h);
-                    EXPECT_EQ(dots[i], ops->dot(k.data(), q[i].data(), n)) << ops->name << " n " << n << " head " << h;
-                    EXPECT_EQ(dots_f16[i], ops->dot_f16(kh.data(), q[i].data(), n)) << ops->name << " n " << n;
-                    for (int64_t j = 0; j < 2; ++j) {
-                        ops->axpy(w2[size_t(h * 2 + j)], rows.data() + j * 2 * n, want[i].data(), n);
-                        ops->axpy_f16(w2[size_t(h * 2 + j)], rows_h.data() + j * 2 * n, want_f16[i].data(), n);
+                    for (int64_t j = 0; j < nk; ++j) {
+                        ops->axpy(w[size_t(h * 9 + j)], keys.data() + j * ks, want[i].data(), n);
+                        ops->axpy_f16(w[size_t(h * 9 + j)], keys_h.data() + j * ks, want_f16[i].data(), n);
                     }
                     EXPECT_EQ(acc[i], want[i]) << ops->name << " n " << n << " head " << h;
                     EXPECT_EQ(acc_f16[i], want_f16[i]) << ops->name << " n " << n << " head " << h;
                 }
+                // to_f32 undoes to_f16 exactly (every half is a float).
+                std::vector<float> back(keys.size());
+                ops->to_f32(keys_h.data(), back.data(), int64_t(keys.size()));
+                for (size_t e = 0; e < keys.size(); ++e) ASSERT_EQ(back[e], fp16_to_fp32(keys_h[e]));
             }
 }
 

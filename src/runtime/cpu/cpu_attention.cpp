@@ -13,10 +13,12 @@
 //
 // Prompt segments (kTileTokens+ tokens) take query tiles instead: a task is
 // (kv head, a few consecutive tokens), whose tokens x group query rows share
-// every key and value tile (scores by VecOps::dot_tile, the weighted values
-// with the accumulators in registers), so each cached row is read once per
-// tile rather than once per token. Its scores sum in another order than a
-// decode step's: batch and token-by-token results agree up to rounding.
+// every key and value tile, so each cached row is read once per tile rather
+// than once per token. Both kinds of task run the same block step
+// (attend_block: kChunk positions from a multiple of kChunk, scores summed as
+// dot() sums them, the softmax update over each row's own keys, the weighted
+// values in key order), so a token's result is the same bits whichever task
+// ran it: a prompt's cache rows and outputs do not depend on its chunking.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -44,8 +46,8 @@ struct TileTask {
     int64_t t0, t1, g;  // tokens [t0, t1) of one segment, kv head
 };
 
-// The cache and the step's tensors as one query tile sees them.
-struct TileArgs {
+// The cache and the step's tensors as a task sees them.
+struct AttnArgs {
     const Tensor &q, &K, &V, &out;
     const StepInfo& step;
     int64_t group, d;
@@ -53,91 +55,112 @@ struct TileArgs {
     const cpu::VecOps& vo;
 };
 
-// Per-thread buffers of query tiles.
-struct TileScratch {
-    std::vector<float> kv;  // kSubTile key (or q8_0 value) rows as f32
-    std::vector<float> s;   // scores, then weights: rows x kChunk
-    std::vector<float> o, mx, sum;
+// The query rows of a task and their online-softmax state.
+struct Rows {
+    int64_t m = 0;
     std::vector<const float*> q;
-    std::vector<float*> o_rows;
+    std::vector<float*> o, mx, sum;  // weighted value sums (d each), running max, running exp-sum
+    std::vector<int64_t> n;          // keys of the current block this row sees
+    void resize(int64_t rows) {
+        m = rows;
+        q.resize(size_t(rows));
+        o.resize(size_t(rows));
+        mx.resize(size_t(rows));
+        sum.resize(size_t(rows));
+        n.resize(size_t(rows));
+    }
 };
 
-// One query tile (rows: token-major, then the group's heads) over all of its
-// keys, with the arithmetic of the per-token tasks, bit for bit: kChunk blocks
-// from position 0, each score as dot(), the block's max, rescale and
-// exp_sub_sum over the row's own keys, the weighted values in key order (keys
-// past a row's position weigh zero), and the final 1 / sum in double. So a
-// prompt gives the same cache rows and outputs whatever its chunking.
-void attend_tile(const TileArgs& a, const TileTask& tk, TileScratch& sc) {
-    const int64_t d = a.d, M = (tk.t1 - tk.t0) * a.group;
-    const int32_t slot = a.step.slot[size_t(tk.t0)];
+// Per-thread buffers.
+struct Scratch {
+    std::vector<float> kv;  // kSubTile key (or q8_0 value) rows as f32
+    std::vector<float> s;   // scores, then weights: rows x kChunk
+    Rows rows;
+    std::vector<float> state;  // query tiles: o, mx, sum of their rows
+};
+
+// Keys [b0, b0 + nb) of kv head g (b0 a multiple of kChunk, nb <= kChunk) for
+// the rows r, row i seeing its first r.n[i] of them: scores, the softmax update,
+// the weighted values.
+void attend_block(const AttnArgs& a, int64_t g, int32_t slot, int64_t b0, int64_t nb, const Rows& r, Scratch& sc) {
+    const int64_t d = a.d;
     const bool f16 = a.K.type == GgmlType::F16, q8 = a.K.type == GgmlType::Q8_0;
-    sc.s.resize(size_t(M * kChunk));
-    sc.o.assign(size_t(M * d), 0.f);
-    sc.mx.assign(size_t(M), -INFINITY);
-    sc.sum.assign(size_t(M), 0.f);
-    sc.q.resize(size_t(M));
-    sc.o_rows.resize(size_t(M));
+    sc.s.resize(size_t(r.m * kChunk));
     sc.kv.resize(size_t(kSubTile * d));
-    for (int64_t i = 0; i < M; ++i) {
-        sc.q[size_t(i)] = a.q.row<float>(tk.g * a.group + i % a.group, tk.t0 + i / a.group);
-        sc.o_rows[size_t(i)] = &sc.o[size_t(i * d)];
+    for (int64_t j0 = 0; j0 < nb; j0 += kSubTile) {
+        const int64_t nk = std::min(kSubTile, nb - j0);
+        const float* kp = sc.kv.data();
+        int64_t ks = d;
+        if (f16)
+            for (int64_t j = 0; j < nk; ++j) a.vo.to_f32(a.K.row<uint16_t>(g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
+        else if (q8)
+            for (int64_t j = 0; j < nk; ++j)
+                dequantize_row(GgmlType::Q8_0, a.K.row<void>(g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
+        else {
+            kp = a.K.row<float>(g, b0 + j0, slot);
+            ks = int64_t(a.K.nb[2] / sizeof(float));
+        }
+        a.vo.dot_tile(r.q.data(), r.m, kp, ks, nk, d, a.scale, &sc.s[size_t(j0)], kChunk);
     }
+    for (int64_t i = 0; i < r.m; ++i) {
+        float* si = &sc.s[size_t(i * kChunk)];
+        const int64_t n = r.n[size_t(i)];
+        if (n > 0) {
+            float& mx = *r.mx[size_t(i)];
+            float& sum = *r.sum[size_t(i)];
+            const float m = std::max(mx, *std::max_element(si, si + n));
+            if (m > mx && sum > 0.f) {  // rescale what was summed under the old max
+                const float f = std::exp(mx - m);
+                sum *= f;
+                for (int64_t e = 0; e < d; ++e) r.o[size_t(i)][e] *= f;
+            }
+            mx = m;
+            sum += a.vo.exp_sub_sum(si, n, m);
+        }
+        std::fill(si + n, si + nb, 0.f);  // keys past the row's position weigh nothing
+    }
+    if (f16)
+        a.vo.axpy_rows_heads_f16(sc.s.data(), kChunk, a.V.row<uint16_t>(g, b0, slot), int64_t(a.V.nb[2] / 2), nb,
+                                 r.o.data(), r.m, d);
+    else if (!q8)
+        a.vo.axpy_rows_heads(sc.s.data(), kChunk, a.V.row<float>(g, b0, slot), int64_t(a.V.nb[2] / sizeof(float)), nb,
+                             r.o.data(), r.m, d);
+    else
+        for (int64_t j0 = 0; j0 < nb; j0 += kSubTile) {
+            const int64_t nk = std::min(kSubTile, nb - j0);
+            for (int64_t j = 0; j < nk; ++j)
+                dequantize_row(GgmlType::Q8_0, a.V.row<void>(g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
+            a.vo.axpy_rows_heads(&sc.s[size_t(j0)], kChunk, sc.kv.data(), d, nk, r.o.data(), r.m, d);
+        }
+}
+
+// One query tile (rows: token-major, then the group's heads) over all of its
+// keys; writes the normalised outputs (1 / sum in double, as the merge does).
+void attend_tile(const AttnArgs& a, const TileTask& tk, Scratch& sc) {
+    const int64_t d = a.d, M = (tk.t1 - tk.t0) * a.group;
+    Rows& r = sc.rows;
+    r.resize(M);
+    sc.state.assign(size_t(M * (d + 2)), 0.f);
+    for (int64_t i = 0; i < M; ++i) {
+        float* st = &sc.state[size_t(i * (d + 2))];
+        st[0] = -INFINITY;
+        r.q[size_t(i)] = a.q.row<float>(tk.g * a.group + i % a.group, tk.t0 + i / a.group);
+        r.mx[size_t(i)] = st;
+        r.sum[size_t(i)] = st + 1;
+        r.o[size_t(i)] = st + 2;
+    }
+    const int32_t slot = a.step.slot[size_t(tk.t0)];
     const int64_t n_keys = int64_t(a.step.pos[size_t(tk.t1 - 1)]) + 1;  // the last token sees the most
     for (int64_t b0 = 0; b0 < n_keys; b0 += kChunk) {
         const int64_t nb = std::min(kChunk, n_keys - b0);
-        for (int64_t j0 = 0; j0 < nb; j0 += kSubTile) {
-            const int64_t nk = std::min(kSubTile, nb - j0);
-            const float* kp = sc.kv.data();
-            int64_t ks = d;
-            if (f16)
-                for (int64_t j = 0; j < nk; ++j)
-                    a.vo.to_f32(a.K.row<uint16_t>(tk.g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
-            else if (q8)
-                for (int64_t j = 0; j < nk; ++j)
-                    dequantize_row(GgmlType::Q8_0, a.K.row<void>(tk.g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
-            else {
-                kp = a.K.row<float>(tk.g, b0 + j0, slot);
-                ks = int64_t(a.K.nb[2] / sizeof(float));
-            }
-            a.vo.dot_tile(sc.q.data(), M, kp, ks, nk, d, a.scale, &sc.s[size_t(j0)], kChunk);
-        }
-        for (int64_t i = 0; i < M; ++i) {
-            float* si = &sc.s[size_t(i * kChunk)];
-            // Causal: this row's token sees positions up to its own.
-            const int64_t n = std::clamp(int64_t(a.step.pos[size_t(tk.t0 + i / a.group)]) + 1 - b0, int64_t(0), nb);
-            if (n > 0) {
-                float& mx = sc.mx[size_t(i)];
-                float& sum = sc.sum[size_t(i)];
-                const float m = std::max(mx, *std::max_element(si, si + n));
-                if (m > mx && sum > 0.f) {  // rescale what was summed under the old max
-                    const float r = std::exp(mx - m);
-                    sum *= r;
-                    for (int64_t e = 0; e < d; ++e) sc.o[size_t(i * d + e)] *= r;
-                }
-                mx = m;
-                sum += a.vo.exp_sub_sum(si, n, m);
-            }
-            std::fill(si + n, si + nb, 0.f);
-        }
-        if (f16)
-            a.vo.axpy_rows_heads_f16(sc.s.data(), kChunk, a.V.row<uint16_t>(tk.g, b0, slot), int64_t(a.V.nb[2] / 2),
-                                     nb, sc.o_rows.data(), M, d);
-        else if (!q8)
-            a.vo.axpy_rows_heads(sc.s.data(), kChunk, a.V.row<float>(tk.g, b0, slot),
-                                 int64_t(a.V.nb[2] / sizeof(float)), nb, sc.o_rows.data(), M, d);
-        else
-            for (int64_t j0 = 0; j0 < nb; j0 += kSubTile) {
-                const int64_t nk = std::min(kSubTile, nb - j0);
-                for (int64_t j = 0; j < nk; ++j)
-                    dequantize_row(GgmlType::Q8_0, a.V.row<void>(tk.g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
-                a.vo.axpy_rows_heads(&sc.s[size_t(j0)], kChunk, sc.kv.data(), d, nk, sc.o_rows.data(), M, d);
-            }
+        for (int64_t i = 0; i < M; ++i)  // causal: a row's token sees positions up to its own
+            r.n[size_t(i)] = std::clamp(int64_t(a.step.pos[size_t(tk.t0 + i / a.group)]) + 1 - b0, int64_t(0), nb);
+        attend_block(a, tk.g, slot, b0, nb, r, sc);
     }
     for (int64_t i = 0; i < M; ++i) {
         float* o = a.out.row<float>(tk.g * a.group + i % a.group, tk.t0 + i / a.group);
-        const float inv = float(1.0 / double(sc.sum[size_t(i)]));
-        for (int64_t e = 0; e < d; ++e) o[e] = sc.o[size_t(i * d + e)] * inv;
+        const float inv = float(1.0 / double(*r.sum[size_t(i)]));
+        for (int64_t e = 0; e < d; ++e) o[e] = r.o[size_t(i)][e] * inv;
     }
 }
 }  // namespace
@@ -211,76 +234,39 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     for (size_t i = 0; i < tasks.size(); ++i) tasks[i].part = i * part_size;
     std::vector<float> parts(tasks.size() * part_size);
 
+    const AttnArgs args{q, K, V, out, step, group, d, scale, vo};
     double work = 0;
     for (const Task& tk : tasks) work += double(tk.j1 - tk.j0) * double(group * d) * 2;
     parallel_rows(int64_t(tasks.size()), work / double(std::max<size_t>(tasks.size(), 1)), [&](int64_t i0, int64_t i1) {
-        std::vector<float> sc(size_t(group * kChunk));
-        std::vector<float> row(q8 ? size_t(d) : 0);  // a dequantized q8_0 K or V row
-        const auto heads = static_cast<size_t>(group);
-        std::vector<const float*> qs(heads);  // the group's query heads
-        std::vector<float*> accs(heads);      // and their output accumulators
-        std::vector<float> dots(heads);
+        Scratch scratch;
+        Rows& r = scratch.rows;
+        r.resize(group);
         for (int64_t i = i0; i < i1; ++i) {
             const Task& tk = tasks[size_t(i)];
-            const int32_t s = step.slot[size_t(tk.t)];
             float* part = &parts[tk.part];
-            for (int64_t h = 0; h < group; ++h) {
-                qs[size_t(h)] = q.row<float>(tk.g * group + h, tk.t);
-                accs[size_t(h)] = part + h * (d + 2) + 2;
-            }
             for (int64_t h = 0; h < group; ++h) {
                 float* ph = part + h * (d + 2);
                 ph[0] = -INFINITY;  // running max
                 ph[1] = 0.f;        // running sum of exp(score - max)
                 std::fill(ph + 2, ph + 2 + d, 0.f);
+                r.q[size_t(h)] = q.row<float>(tk.g * group + h, tk.t);
+                r.mx[size_t(h)] = ph;
+                r.sum[size_t(h)] = ph + 1;
+                r.o[size_t(h)] = ph + 2;
             }
-            // Online softmax over blocks of kChunk positions.
             for (int64_t b0 = tk.j0; b0 < tk.j1; b0 += kChunk) {
-                const int64_t n = std::min(kChunk, tk.j1 - b0);
-                for (int64_t j = 0; j < n; ++j) {
-                    const void* kr = K.row<void>(tk.g, b0 + j, s);
-                    if (q8) {
-                        dequantize_row(GgmlType::Q8_0, kr, row.data(), d);
-                        kr = row.data();
-                    }
-                    if (f16) vo.dot_heads_f16(static_cast<const uint16_t*>(kr), qs.data(), group, d, dots.data());
-                    else vo.dot_heads(static_cast<const float*>(kr), qs.data(), group, d, dots.data());
-                    for (int64_t h = 0; h < group; ++h) sc[size_t(h * kChunk + j)] = scale * dots[size_t(h)];
-                }
-                for (int64_t h = 0; h < group; ++h) {
-                    float* sh = &sc[size_t(h * kChunk)];
-                    float* ph = part + h * (d + 2);
-                    const float mx = std::max(ph[0], *std::max_element(sh, sh + n));
-                    if (mx > ph[0] && ph[1] > 0.f) {  // rescale what was accumulated under the old max
-                        const float r = std::exp(ph[0] - mx);
-                        ph[1] *= r;
-                        for (int64_t e = 0; e < d; ++e) ph[2 + e] *= r;
-                    }
-                    ph[0] = mx;
-                    ph[1] += vo.exp_sub_sum(sh, n, mx);
-                }
-                const void* v0 = V.row<void>(tk.g, b0, s);
-                if (f16)  // the block's value rows in one pass, the accumulators in registers
-                    vo.axpy_rows_heads_f16(sc.data(), kChunk, static_cast<const uint16_t*>(v0),
-                                           int64_t(V.nb[2] / 2), n, accs.data(), group, d);
-                else if (!q8)
-                    vo.axpy_rows_heads(sc.data(), kChunk, static_cast<const float*>(v0), int64_t(V.nb[2] / 4), n,
-                                       accs.data(), group, d);
-                else
-                    for (int64_t j = 0; j < n; ++j) {
-                        dequantize_row(GgmlType::Q8_0, V.row<void>(tk.g, b0 + j, s), row.data(), d);
-                        vo.axpy_rows_heads(sc.data() + j, kChunk, row.data(), 0, 1, accs.data(), group, d);
-                    }
+                const int64_t nb = std::min(kChunk, tk.j1 - b0);
+                std::fill(r.n.begin(), r.n.end(), nb);
+                attend_block(args, tk.g, step.slot[size_t(tk.t)], b0, nb, r, scratch);
             }
         }
     });
 
     // 2b. Query tiles.
     if (!tiles.empty()) {
-        const TileArgs args{q, K, V, out, step, group, d, scale, vo};
         const double tile_work = double(16 * d * 2) * double(step.pos[size_t(T - 1)] + 1) / 2;
         parallel_rows(int64_t(tiles.size()), tile_work, [&](int64_t i0, int64_t i1) {
-            TileScratch scratch;
+            Scratch scratch;
             for (int64_t i = i0; i < i1; ++i) attend_tile(args, tiles[size_t(i)], scratch);
         });
     }

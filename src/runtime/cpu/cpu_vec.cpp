@@ -45,12 +45,6 @@ void dot_tile(const float* const* q, int64_t m, const float* k, int64_t ks, int6
     for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < nk; ++j) s[i * ss + j] = scale * dot(k + j * ks, q[i], n);
 }
-void dot_heads(const float* k, const float* const* q, int64_t heads, int64_t n, float* out) {
-    for (int64_t h = 0; h < heads; ++h) out[h] = dot(k, q[h], n);
-}
-void dot_heads_f16(const uint16_t* k, const float* const* q, int64_t heads, int64_t n, float* out) {
-    for (int64_t h = 0; h < heads; ++h) out[h] = dot_f16(k, q[h], n);
-}
 void axpy_rows_heads(const float* w, int64_t ws, const float* v, int64_t vs, int64_t rows, float* const* acc,
                      int64_t heads, int64_t n) {
     for (int64_t j = 0; j < rows; ++j)
@@ -93,7 +87,7 @@ float exp_sub_sum(float* x, int64_t n, float m) {
 }  // namespace
 
 const VecOps& vec_scalar() {
-    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, to_f32, dot_tile, dot_heads, dot_heads_f16,
+    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, to_f32, dot_tile,
                             axpy_rows_heads, axpy_rows_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
                             sum_squares, exp_sub_sum, "scalar"};
     return ops;

@@ -20,13 +20,9 @@ struct VecOps {
     // against a tile of cached keys, each key row loaded once for several rows.
     void (*dot_tile)(const float* const* q, int64_t m, const float* k, int64_t k_stride, int64_t nk, int64_t n,
                      float scale, float* s, int64_t s_stride);
-    // The same for the query heads of one kv head, each head's result
-    // bit-identical to dot / axpy (and their f16 forms) called per head and row:
-    //   out[h] = dot(k, q[h]), the cached row loaded and converted once;
-    //   acc[h] += sum_j w[h * w_stride + j] v_j for rows v_j = v + j * v_stride,
-    //   j ascending (axpy per row), the accumulators held in registers over the rows.
-    void (*dot_heads)(const float* k, const float* const* q, int64_t heads, int64_t n, float* out);
-    void (*dot_heads_f16)(const uint16_t* k, const float* const* q, int64_t heads, int64_t n, float* out);
+    // acc[h] += sum_j w[h * w_stride + j] v_j for rows v_j = v + j * v_stride,
+    // each element's sum bit-identical to axpy per head and row (j ascending),
+    // with the accumulators held in registers over the rows.
     void (*axpy_rows_heads)(const float* w, int64_t w_stride, const float* v, int64_t v_stride, int64_t rows,
                             float* const* acc, int64_t heads, int64_t n);
     void (*axpy_rows_heads_f16)(const float* w, int64_t w_stride, const uint16_t* v, int64_t v_stride, int64_t rows,

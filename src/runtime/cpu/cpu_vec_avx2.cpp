@@ -129,50 +129,6 @@ void dot_tile(const float* const* q, int64_t m, const float* k, int64_t ks, int6
     if (i < m) dot_tile_r<1>(q + i, k, ks, nk, n, scale, s + i * ss, ss);
 }
 
-// Heads H at a time (H <= 4), each with dot's two accumulators and its order.
-template <int H, class Load>
-void dot_heads_n(const Load& load, const float* const* q, int64_t n, float* out) {
-    __m256 s0[H], s1[H];
-    for (int h = 0; h < H; ++h) s0[h] = s1[h] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 a0 = load(i), a1 = load(i + 8);
-        for (int h = 0; h < H; ++h) {
-            s0[h] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(q[h] + i), s0[h]);
-            s1[h] = _mm256_fmadd_ps(a1, _mm256_loadu_ps(q[h] + i + 8), s1[h]);
-        }
-    }
-    for (; i + 8 <= n; i += 8) {
-        const __m256 a0 = load(i);
-        for (int h = 0; h < H; ++h) s0[h] = _mm256_fmadd_ps(a0, _mm256_loadu_ps(q[h] + i), s0[h]);
-    }
-    for (int h = 0; h < H; ++h) out[h] = hsum(_mm256_add_ps(s0[h], s1[h]));
-}
-
-template <class Load>
-void dot_heads_any(const Load& load, const float* const* q, int64_t heads, int64_t n, float* out) {
-    int64_t h = 0;
-    for (; h + 4 <= heads; h += 4) dot_heads_n<4>(load, q + h, n, out + h);
-    switch (heads - h) {
-        case 3: dot_heads_n<3>(load, q + h, n, out + h); break;
-        case 2: dot_heads_n<2>(load, q + h, n, out + h); break;
-        case 1: dot_heads_n<1>(load, q + h, n, out + h); break;
-        default: break;
-    }
-}
-
-void dot_heads(const float* k, const float* const* q, int64_t heads, int64_t n, float* out) {
-    dot_heads_any([k](int64_t i) { return _mm256_loadu_ps(k + i); }, q, heads, n, out);
-    for (int64_t i = n - n % 8; i < n; ++i)
-        for (int64_t h = 0; h < heads; ++h) out[h] = std::fma(k[i], q[h][i], out[h]);
-}
-
-void dot_heads_f16(const uint16_t* k, const float* const* q, int64_t heads, int64_t n, float* out) {
-    dot_heads_any([k](int64_t i) { return load_h(k + i); }, q, heads, n, out);
-    for (int64_t i = n - n % 8; i < n; ++i)
-        for (int64_t h = 0; h < heads; ++h) out[h] = std::fma(fp16_to_fp32(k[i]), q[h][i], out[h]);
-}
-
 // H heads x CB 8-column blocks of the accumulators held in registers while
 // the rows go by, each element's chain of fmas in row order as axpy makes it.
 template <int H, int CB, class Load>
@@ -375,7 +331,7 @@ float exp_sub_sum(float* x, int64_t n, float m) {
 }  // namespace
 
 const VecOps* vec_avx2() {
-    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, to_f32, dot_tile, dot_heads, dot_heads_f16,
+    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, to_f32, dot_tile,
                             axpy_rows_heads, axpy_rows_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
                             sum_squares, exp_sub_sum, "avx2"};
     return &ops;
