@@ -82,6 +82,18 @@ struct Scratch {
 // Keys [b0, b0 + nb) of kv head g (b0 a multiple of kChunk, nb <= kChunk) for
 // the rows r, row i seeing its first r.n[i] of them: scores, the softmax update,
 // the weighted values.
+// Asks for the cache rows [j0, j0 + n) of kv head g ahead of their use: a kv
+// head's rows lie n_kv rows apart (2 KB for 8 heads of 128 halves), and
+// decode's reads of them were latency-bound (Qwen3-0.6B, 2 threads, 2048
+// positions: +5% tokens/s).
+void prefetch_rows(const Tensor& t, int64_t g, int64_t j0, int64_t n, int32_t slot) {
+    const size_t bytes = t.nb[1];
+    for (int64_t j = 0; j < n; ++j) {
+        const char* p = t.row<char>(g, j0 + j, slot);
+        for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o);
+    }
+}
+
 void attend_block(const AttnArgs& a, int64_t g, int32_t slot, int64_t b0, int64_t nb, const Rows& r, Scratch& sc) {
     const int64_t d = a.d;
     const bool f16 = a.K.type == GgmlType::F16, q8 = a.K.type == GgmlType::Q8_0;
@@ -89,6 +101,7 @@ void attend_block(const AttnArgs& a, int64_t g, int32_t slot, int64_t b0, int64_
     sc.kv.resize(size_t(kSubTile * d));
     for (int64_t j0 = 0; j0 < nb; j0 += kSubTile) {
         const int64_t nk = std::min(kSubTile, nb - j0);
+        prefetch_rows(a.K, g, b0 + j0 + nk, std::min(kSubTile, nb - j0 - nk), slot);
         const float* kp = sc.kv.data();
         int64_t ks = d;
         if (f16)
@@ -119,19 +132,25 @@ void attend_block(const AttnArgs& a, int64_t g, int32_t slot, int64_t b0, int64_
         }
         std::fill(si + n, si + nb, 0.f);  // keys past the row's position weigh nothing
     }
-    if (f16)
-        a.vo.axpy_rows_heads_f16(sc.s.data(), kChunk, a.V.row<uint16_t>(g, b0, slot), int64_t(a.V.nb[2] / 2), nb,
+    // The weighted values in sub-tiles (their rows stay in L1 across the column
+    // passes), each element's fma chain still in key order.
+    prefetch_rows(a.V, g, b0, std::min(kSubTile, nb), slot);
+    for (int64_t j0 = 0; j0 < nb; j0 += kSubTile) {
+        const int64_t nk = std::min(kSubTile, nb - j0);
+        prefetch_rows(a.V, g, b0 + j0 + nk, std::min(kSubTile, nb - j0 - nk), slot);
+        const float* w = &sc.s[size_t(j0)];
+        if (f16)
+            a.vo.axpy_rows_heads_f16(w, kChunk, a.V.row<uint16_t>(g, b0 + j0, slot), int64_t(a.V.nb[2] / 2), nk,
+                                     r.o.data(), r.m, d);
+        else if (!q8)
+            a.vo.axpy_rows_heads(w, kChunk, a.V.row<float>(g, b0 + j0, slot), int64_t(a.V.nb[2] / sizeof(float)), nk,
                                  r.o.data(), r.m, d);
-    else if (!q8)
-        a.vo.axpy_rows_heads(sc.s.data(), kChunk, a.V.row<float>(g, b0, slot), int64_t(a.V.nb[2] / sizeof(float)), nb,
-                             r.o.data(), r.m, d);
-    else
-        for (int64_t j0 = 0; j0 < nb; j0 += kSubTile) {
-            const int64_t nk = std::min(kSubTile, nb - j0);
+        else {
             for (int64_t j = 0; j < nk; ++j)
                 dequantize_row(GgmlType::Q8_0, a.V.row<void>(g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
-            a.vo.axpy_rows_heads(&sc.s[size_t(j0)], kChunk, sc.kv.data(), d, nk, r.o.data(), r.m, d);
+            a.vo.axpy_rows_heads(w, kChunk, sc.kv.data(), d, nk, r.o.data(), r.m, d);
         }
+    }
 }
 
 // One query tile (rows: token-major, then the group's heads) over all of its
@@ -234,6 +253,14 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     for (size_t i = 0; i < tasks.size(); ++i) tasks[i].part = i * part_size;
     std::vector<float> parts(tasks.size() * part_size);
 
+    // Run order: by position range, then kv head, so that consecutive tasks
+    // (one thread's range of the pool) read neighbouring pieces of the same
+    // cache rows (a position's kv heads are adjacent).
+    std::vector<size_t> order(tasks.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+        return std::pair(tasks[x].t, tasks[x].j0) < std::pair(tasks[y].t, tasks[y].j0);
+    });
     const AttnArgs args{q, K, V, out, step, group, d, scale, vo};
     double work = 0;
     for (const Task& tk : tasks) work += double(tk.j1 - tk.j0) * double(group * d) * 2;
@@ -242,7 +269,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
         Rows& r = scratch.rows;
         r.resize(group);
         for (int64_t i = i0; i < i1; ++i) {
-            const Task& tk = tasks[size_t(i)];
+            const Task& tk = tasks[order[size_t(i)]];
             float* part = &parts[tk.part];
             for (int64_t h = 0; h < group; ++h) {
                 float* ph = part + h * (d + 2);
