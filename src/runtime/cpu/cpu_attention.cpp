@@ -79,9 +79,6 @@ struct Scratch {
     std::vector<float> state;  // query tiles: o, mx, sum of their rows
 };
 
-// Keys [b0, b0 + nb) of kv head g (b0 a multiple of kChunk, nb <= kChunk) for
-// the rows r, row i seeing its first r.n[i] of them: scores, the softmax update,
-// the weighted values.
 // Asks for the cache rows [j0, j0 + n) of kv head g ahead of their use: a kv
 // head's rows lie n_kv rows apart (2 KB for 8 heads of 128 halves), and
 // decode's reads of them were latency-bound (Qwen3-0.6B, 2 threads, 2048
@@ -94,6 +91,9 @@ void prefetch_rows(const Tensor& t, int64_t g, int64_t j0, int64_t n, int32_t sl
     }
 }
 
+// Keys [b0, b0 + nb) of kv head g (b0 a multiple of kChunk, nb <= kChunk) for
+// the rows r, row i seeing its first r.n[i] of them: scores, the softmax update,
+// the weighted values.
 void attend_block(const AttnArgs& a, int64_t g, int32_t slot, int64_t b0, int64_t nb, const Rows& r, Scratch& sc) {
     const int64_t d = a.d;
     const bool f16 = a.K.type == GgmlType::F16, q8 = a.K.type == GgmlType::Q8_0;
@@ -228,15 +228,13 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     //    Tokens of long prompt segments go to query tiles (2b) instead.
     std::vector<char> tiled(size_t(T), 0);
     std::vector<TileTask> tiles;
-    if (d % 8 == 0) {
-        const int64_t tile_tokens = std::max<int64_t>(1, 16 / group);  // ~16 query rows per tile
-        for (const StepInfo::Segment& sg : step.segments) {
-            if (sg.count < kTileTokens) continue;
-            std::fill_n(tiled.begin() + sg.first, sg.count, 1);
-            // Last tiles first: they see the most keys, and the pool's ranges start with them.
-            for (int64_t t1 = sg.first + sg.count; t1 > sg.first; t1 -= tile_tokens)
-                for (int64_t g = 0; g < n_kv; ++g) tiles.push_back({std::max<int64_t>(sg.first, t1 - tile_tokens), t1, g});
-        }
+    const int64_t tile_tokens = std::max<int64_t>(1, 16 / group);  // ~16 query rows per tile
+    for (const StepInfo::Segment& sg : step.segments) {
+        if (sg.count < kTileTokens) continue;
+        std::fill_n(tiled.begin() + sg.first, sg.count, 1);
+        // Last tiles first: they see the most keys, and the pool's ranges start with them.
+        for (int64_t t1 = sg.first + sg.count; t1 > sg.first; t1 -= tile_tokens)
+            for (int64_t g = 0; g < n_kv; ++g) tiles.push_back({std::max<int64_t>(sg.first, t1 - tile_tokens), t1, g});
     }
     const bool split = T * n_kv < 32;
     const size_t part_size = size_t(group * (d + 2));

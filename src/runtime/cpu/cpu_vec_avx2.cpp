@@ -30,7 +30,7 @@ float dot(const float* a, const float* b, int64_t n) {
     }
     for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
     float r = hsum(_mm256_add_ps(s0, s1));
-    for (; i < n; ++i) r = std::fma(a[i], b[i], r);  // explicit: the head forms must round alike
+    for (; i < n; ++i) r = std::fma(a[i], b[i], r);  // explicit: dot_tile must round alike
     return r;
 }
 
