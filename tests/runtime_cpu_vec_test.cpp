@@ -115,9 +115,10 @@ TEST(CpuVec, ExpSubSumIsASoftmaxNumerator) {
 }
 
 // The attention's tile forms: scores of several query rows against several
-// keys, and weighted value rows summed for several heads. Each result must be
-// the one-row function's (dot, axpy per row), bit for bit, on every table: the
-// per-token and the query-tile tasks rely on it.
+// keys, and weighted value rows summed for several heads (f32 rows, and f16
+// rows whose exact floats feed axpy). Each result must be the one-row
+// function's (dot, axpy per row), bit for bit, on every table: the per-token
+// and the query-tile tasks rely on it.
 TEST(CpuVec, TileFormsEqualOneRowAtATime) {
     std::vector<const VecOps*> tables = {&vec_scalar()};
     if (const VecOps* ops = vec_avx2(); ops && &vec() == ops) tables.push_back(ops);
@@ -145,6 +146,8 @@ TEST(CpuVec, TileFormsEqualOneRowAtATime) {
                 // Value rows: the keys reused, weights w[h * 9 + j], f32 and f16 forms.
                 std::vector<uint16_t> keys_h(keys.size());
                 ops->to_f16(keys.data(), keys_h.data(), int64_t(keys.size()));
+                std::vector<float> keys_back(keys.size());  // the halves as floats (exact)
+                for (size_t e = 0; e < keys.size(); ++e) keys_back[e] = fp16_to_fp32(keys_h[e]);
                 const std::vector<float> w = random_vec(size_t(m * 9), 3, -1.f, 1.f);
                 std::vector<std::vector<float>> acc_f16 = acc, want = acc, want_f16 = acc;
                 for (int64_t h = 0; h < m; ++h) ap.push_back(acc[size_t(h)].data());
@@ -155,7 +158,7 @@ TEST(CpuVec, TileFormsEqualOneRowAtATime) {
                     const size_t i = size_t(h);
                     for (int64_t j = 0; j < nk; ++j) {
                         ops->axpy(w[size_t(h * 9 + j)], keys.data() + j * ks, want[i].data(), n);
-                        ops->axpy_f16(w[size_t(h * 9 + j)], keys_h.data() + j * ks, want_f16[i].data(), n);
+                        ops->axpy(w[size_t(h * 9 + j)], keys_back.data() + j * ks, want_f16[i].data(), n);
                     }
                     EXPECT_EQ(acc[i], want[i]) << ops->name << " n " << n << " head " << h;
                     EXPECT_EQ(acc_f16[i], want_f16[i]) << ops->name << " n " << n << " head " << h;

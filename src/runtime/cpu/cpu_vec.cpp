@@ -25,14 +25,8 @@ float dot8(const Load& a, const float* b, int64_t n) {
 float dot(const float* a, const float* b, int64_t n) {
     return dot8([a](int64_t i) { return a[i]; }, b, n);
 }
-float dot_f16(const uint16_t* a, const float* b, int64_t n) {
-    return dot8([a](int64_t i) { return fp16_to_fp32(a[i]); }, b, n);
-}
 void axpy(float w, const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += w * x[i];
-}
-void axpy_f16(float w, const uint16_t* x, float* y, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) y[i] += w * fp16_to_fp32(x[i]);
 }
 void to_f16(const float* x, uint16_t* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
@@ -53,7 +47,8 @@ void axpy_rows_heads(const float* w, int64_t ws, const float* v, int64_t vs, int
 void axpy_rows_heads_f16(const float* w, int64_t ws, const uint16_t* v, int64_t vs, int64_t rows, float* const* acc,
                          int64_t heads, int64_t n) {
     for (int64_t j = 0; j < rows; ++j)
-        for (int64_t h = 0; h < heads; ++h) axpy_f16(w[h * ws + j], v + j * vs, acc[h], n);
+        for (int64_t h = 0; h < heads; ++h)
+            for (int64_t i = 0; i < n; ++i) acc[h][i] += w[h * ws + j] * fp16_to_fp32(v[j * vs + i]);
 }
 void delta_step(float* S, int64_t rows, int64_t n, float alpha, float beta, const float* k, const float* q,
                 const float* v, float scale, float* out) {
@@ -87,7 +82,7 @@ float exp_sub_sum(float* x, int64_t n, float m) {
 }  // namespace
 
 const VecOps& vec_scalar() {
-    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, to_f32, dot_tile,
+    static const VecOps ops{dot, axpy, to_f16, to_f32, dot_tile,
                             axpy_rows_heads, axpy_rows_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
                             sum_squares, exp_sub_sum, "scalar"};
     return ops;

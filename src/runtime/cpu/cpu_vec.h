@@ -10,9 +10,7 @@ namespace qinfer::cpu {
 
 struct VecOps {
     float (*dot)(const float* a, const float* b, int64_t n);
-    float (*dot_f16)(const uint16_t* a, const float* b, int64_t n);      // a: IEEE half
     void (*axpy)(float w, const float* x, float* y, int64_t n);           // y += w x
-    void (*axpy_f16)(float w, const uint16_t* x, float* y, int64_t n);
     void (*to_f16)(const float* x, uint16_t* y, int64_t n);
     void (*to_f32)(const uint16_t* x, float* y, int64_t n);
     // s[i * s_stride + j] = scale * dot(k_j, q[i]), k_j = k + j * k_stride,

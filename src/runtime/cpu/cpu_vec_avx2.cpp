@@ -34,31 +34,11 @@ float dot(const float* a, const float* b, int64_t n) {
     return r;
 }
 
-float dot_f16(const uint16_t* a, const float* b, int64_t n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(load_h(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(load_h(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(load_h(a + i), _mm256_loadu_ps(b + i), s0);
-    float r = hsum(_mm256_add_ps(s0, s1));
-    for (; i < n; ++i) r = std::fma(fp16_to_fp32(a[i]), b[i], r);
-    return r;
-}
-
 void axpy(float w, const float* x, float* y, int64_t n) {
     const __m256 wv = _mm256_set1_ps(w);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; ++i) y[i] = std::fma(w, x[i], y[i]);
-}
-
-void axpy_f16(float w, const uint16_t* x, float* y, int64_t n) {
-    const __m256 wv = _mm256_set1_ps(w);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(wv, load_h(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; ++i) y[i] = std::fma(w, fp16_to_fp32(x[i]), y[i]);
 }
 
 void to_f16(const float* x, uint16_t* y, int64_t n) {
@@ -331,7 +311,7 @@ float exp_sub_sum(float* x, int64_t n, float m) {
 }  // namespace
 
 const VecOps* vec_avx2() {
-    static const VecOps ops{dot, dot_f16, axpy, axpy_f16, to_f16, to_f32, dot_tile,
+    static const VecOps ops{dot, axpy, to_f16, to_f32, dot_tile,
                             axpy_rows_heads, axpy_rows_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
                             sum_squares, exp_sub_sum, "avx2"};
     return &ops;
