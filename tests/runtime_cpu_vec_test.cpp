@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/fp16.h"
+#include "quant/quant.h"
 #include "runtime/cpu/cpu_vec.h"
 
 namespace qinfer::cpu {
@@ -168,6 +169,25 @@ TEST(CpuVec, TileFormsEqualOneRowAtATime) {
                 ops->to_f32(keys_h.data(), back.data(), int64_t(keys.size()));
                 for (size_t e = 0; e < keys.size(); ++e) ASSERT_EQ(back[e], fp16_to_fp32(keys_h[e]));
             }
+}
+
+// q8_0 cache rows to floats: the SIMD form must be dequantize_row's, bit for
+// bit, since the attention reads a q8_0 cache through it in every task.
+TEST(CpuVec, Q8_0RowsEqualDequantizeRow) {
+    std::vector<const VecOps*> tables = {&vec_scalar()};
+    if (const VecOps* ops = vec_avx2(); ops && &vec() == ops) tables.push_back(ops);
+    const int64_t n = 256;
+    std::vector<float> x = random_vec(size_t(n), 4, -3.f, 3.f);
+    for (int64_t i = 32; i < 64; ++i) x[size_t(i)] *= 1e-6f;  // a block whose f16 scale is subnormal
+    for (int64_t i = 64; i < 96; ++i) x[size_t(i)] = 0.f;     // and an all-zero block
+    std::vector<uint8_t> q(row_bytes(GgmlType::Q8_0, n));
+    quantize_row(GgmlType::Q8_0, x.data(), q.data(), n);
+    std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    dequantize_row(GgmlType::Q8_0, q.data(), want.data(), n);
+    for (const VecOps* ops : tables) {
+        ops->q8_0_to_f32(q.data(), got.data(), n);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << ops->name << " at " << i;
+    }
 }
 
 TEST(CpuVec, DeltaStepEqualsTheOneRowForm) {

@@ -108,7 +108,7 @@ void attend_block(const AttnArgs& a, int64_t g, int32_t slot, int64_t b0, int64_
             for (int64_t j = 0; j < nk; ++j) a.vo.to_f32(a.K.row<uint16_t>(g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
         else if (q8)
             for (int64_t j = 0; j < nk; ++j)
-                dequantize_row(GgmlType::Q8_0, a.K.row<void>(g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
+                a.vo.q8_0_to_f32(a.K.row<void>(g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
         else {
             kp = a.K.row<float>(g, b0 + j0, slot);
             ks = int64_t(a.K.nb[2] / sizeof(float));
@@ -147,7 +147,7 @@ void attend_block(const AttnArgs& a, int64_t g, int32_t slot, int64_t b0, int64_
                                  r.o.data(), r.m, d);
         else {
             for (int64_t j = 0; j < nk; ++j)
-                dequantize_row(GgmlType::Q8_0, a.V.row<void>(g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
+                a.vo.q8_0_to_f32(a.V.row<void>(g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
             a.vo.axpy_rows_heads(w, kChunk, sc.kv.data(), d, nk, r.o.data(), r.m, d);
         }
     }

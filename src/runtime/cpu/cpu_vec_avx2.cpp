@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "common/fp16.h"
+#include "quant/blocks.h"
 
 namespace qinfer::cpu {
 
@@ -52,6 +53,19 @@ void to_f32(const uint16_t* x, float* y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_h(x + i));
     for (; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+}
+
+// Per 32-value block: the f16 scale (exact in f32), then float(q) * d, the
+// one rounding dequantize_row makes.
+void q8_0_to_f32(const void* x, float* y, int64_t n) {
+    const block_q8_0* b = static_cast<const block_q8_0*>(x);
+    for (int64_t i = 0; i < n / QK8_0; ++i, y += QK8_0) {
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[i].d));
+        for (int j = 0; j < QK8_0; j += 8) {
+            const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + j));
+            _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+        }
+    }
 }
 
 // R query rows x C keys, each score summed exactly as dot() sums it (two
@@ -311,7 +325,7 @@ float exp_sub_sum(float* x, int64_t n, float m) {
 }  // namespace
 
 const VecOps* vec_avx2() {
-    static const VecOps ops{dot, axpy, to_f16, to_f32, dot_tile,
+    static const VecOps ops{dot, axpy, to_f16, to_f32, q8_0_to_f32, dot_tile,
                             axpy_rows_heads, axpy_rows_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
                             sum_squares, exp_sub_sum, "avx2"};
     return &ops;
