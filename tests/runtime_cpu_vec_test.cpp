@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -187,6 +188,29 @@ TEST(CpuVec, Q8_0RowsEqualDequantizeRow) {
     for (const VecOps* ops : tables) {
         ops->q8_0_to_f32(q.data(), got.data(), n);
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << ops->name << " at " << i;
+    }
+    // And back: the bytes quantize_row writes. Rows with halves after scaling
+    // (round half away from zero), negative ties, a NaN, an infinity, tiny and
+    // huge blocks.
+    std::vector<float> r = random_vec(size_t(8 * 32), 5, -2.f, 2.f);
+    for (int j = 0; j < 32; ++j) r[size_t(j)] = float(j - 16) * 0.5f;  // amax 8: d = 8/127
+    for (int j = 0; j < 32; ++j) r[size_t(32 + j)] = float(j - 16) + 0.5f;  // with the 127 below: d = 1, exact ties
+    r[size_t(32 + 31)] = 127.f;
+    r[size_t(64 + 3)] = std::numeric_limits<float>::quiet_NaN();
+    r[size_t(96 + 7)] = std::numeric_limits<float>::infinity();
+    for (int j = 0; j < 32; ++j) r[size_t(128 + j)] *= 1e-30f;
+    for (int j = 0; j < 32; ++j) r[size_t(160 + j)] *= 1e30f;
+    for (int j = 0; j < 32; ++j) r[size_t(192 + j)] = 0.f;
+    std::vector<uint8_t> want_q(row_bytes(GgmlType::Q8_0, 256)), got_q(want_q.size());
+    quantize_row(GgmlType::Q8_0, r.data(), want_q.data(), 256);
+    for (const VecOps* ops : tables) {
+        ops->to_q8_0(r.data(), got_q.data(), 256);
+        // Every byte but the NaN's and the infinity's own quant (x * id is NaN
+        // there: int8_t(NaN) is undefined in the reference).
+        for (size_t i = 0; i < want_q.size(); ++i)
+            if (i != 2 * 34 + 2 + 3 && i != 3 * 34 + 2 + 7) {
+                EXPECT_EQ(want_q[i], got_q[i]) << ops->name << " byte " << i << " (block " << i / 34 << ")";
+            }
     }
 }
 

@@ -202,24 +202,29 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     const bool f16 = K.type == GgmlType::F16, q8 = K.type == GgmlType::Q8_0;
     const cpu::VecOps& vo = cpu::vec();
 
-    // 1. Append this step's keys and values to the cache.
+    // 1. Append this step's keys and values to the cache (rows checked first:
+    //    the copies run on the pool, where nothing may throw).
     for (int64_t t = 0; t < T; ++t) {
         const int32_t p = step.pos[size_t(t)], s = step.slot[size_t(t)];
         if (p < 0 || p >= K.ne[2] || s < 0 || s >= K.ne[3])
             fail(strfmt("attention: position %d / slot %d outside the cache %s", p, s, shape_str(K).c_str()));
-        for (int64_t g = 0; g < n_kv; ++g) {
+    }
+    parallel_rows(T * n_kv, 4.0 * double(d), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t t = r / n_kv, g = r % n_kv;
+            const int32_t p = step.pos[size_t(t)], s = step.slot[size_t(t)];
             if (f16) {
                 vo.to_f16(k.row<float>(g, t), K.row<uint16_t>(g, p, s), d);
                 vo.to_f16(v.row<float>(g, t), V.row<uint16_t>(g, p, s), d);
             } else if (q8) {
-                quantize_row(GgmlType::Q8_0, k.row<float>(g, t), K.row<void>(g, p, s), d);
-                quantize_row(GgmlType::Q8_0, v.row<float>(g, t), V.row<void>(g, p, s), d);
+                vo.to_q8_0(k.row<float>(g, t), K.row<void>(g, p, s), d);
+                vo.to_q8_0(v.row<float>(g, t), V.row<void>(g, p, s), d);
             } else {
                 std::copy_n(k.row<float>(g, t), d, K.row<float>(g, p, s));
                 std::copy_n(v.row<float>(g, t), d, V.row<float>(g, p, s));
             }
         }
-    }
+    });
 
     // 2. Tasks. With few (token, kv head) pairs (decode) their position ranges
     //    are cut into kChunk pieces so that all threads get work; with many, one

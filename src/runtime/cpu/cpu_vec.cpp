@@ -36,6 +36,7 @@ void to_f32(const uint16_t* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
 }
 void q8_0_to_f32(const void* x, float* y, int64_t n) { dequantize_row(GgmlType::Q8_0, x, y, n); }
+void to_q8_0(const float* x, void* y, int64_t n) { quantize_row(GgmlType::Q8_0, x, y, n); }
 void dot_tile(const float* const* q, int64_t m, const float* k, int64_t ks, int64_t nk, int64_t n, float scale,
               float* s, int64_t ss) {
     for (int64_t i = 0; i < m; ++i)
@@ -84,7 +85,7 @@ float exp_sub_sum(float* x, int64_t n, float m) {
 }  // namespace
 
 const VecOps& vec_scalar() {
-    static const VecOps ops{dot, axpy, to_f16, to_f32, q8_0_to_f32, dot_tile,
+    static const VecOps ops{dot, axpy, to_f16, to_f32, q8_0_to_f32, to_q8_0, dot_tile,
                             axpy_rows_heads, axpy_rows_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
                             sum_squares, exp_sub_sum, "scalar"};
     return ops;

@@ -13,8 +13,10 @@ struct VecOps {
     void (*axpy)(float w, const float* x, float* y, int64_t n);           // y += w x
     void (*to_f16)(const float* x, uint16_t* y, int64_t n);
     void (*to_f32)(const uint16_t* x, float* y, int64_t n);
-    // A row of GGUF Q8_0 blocks (n values) to floats, as dequantize_row does it.
+    // A row of GGUF Q8_0 blocks (n values) to floats and back, as
+    // dequantize_row / quantize_row do it, bit for bit (a q8_0 cache's rows).
     void (*q8_0_to_f32)(const void* x, float* y, int64_t n);
+    void (*to_q8_0)(const float* x, void* y, int64_t n);
     // s[i * s_stride + j] = scale * dot(k_j, q[i]), k_j = k + j * k_stride,
     // for i < m, j < nk, each bit-identical to dot: a prompt tile's scores
     // against a tile of cached keys, each key row loaded once for several rows.
