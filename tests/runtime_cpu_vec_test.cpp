@@ -189,6 +189,31 @@ TEST(CpuVec, Q8_0RowsEqualDequantizeRow) {
         ops->q8_0_to_f32(q.data(), got.data(), n);
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << ops->name << " at " << i;
     }
+    // Weighted q8_0 value rows (three rows of 64 values, 10 bytes of gap
+    // between them): each element as axpy over the dequantized rows.
+    const int64_t vn = 64, vstride = int64_t(row_bytes(GgmlType::Q8_0, vn)) + 10;
+    std::vector<uint8_t> vrows(size_t(3 * vstride));
+    for (int j = 0; j < 3; ++j) {
+        const std::vector<float> vx = random_vec(size_t(vn), 30 + uint32_t(j), -4.f, 4.f);
+        quantize_row(GgmlType::Q8_0, vx.data(), &vrows[size_t(j * vstride)], vn);
+    }
+    for (const VecOps* ops : tables)
+        for (int64_t heads : {1, 2, 5}) {
+            const std::vector<float> w = random_vec(size_t(heads * 3), 40, -1.f, 1.f);
+            std::vector<std::vector<float>> acc, want;
+            std::vector<float*> ap;
+            for (int64_t h = 0; h < heads; ++h) acc.push_back(random_vec(size_t(vn), 50 + uint32_t(h), -1.f, 1.f));
+            want = acc;
+            for (auto& a : acc) ap.push_back(a.data());
+            ops->axpy_rows_heads_q8_0(w.data(), 3, vrows.data(), vstride, 3, ap.data(), heads, vn);
+            std::vector<float> row(static_cast<size_t>(vn));
+            for (int64_t j = 0; j < 3; ++j) {
+                dequantize_row(GgmlType::Q8_0, &vrows[size_t(j * vstride)], row.data(), vn);
+                for (int64_t h = 0; h < heads; ++h) ops->axpy(w[size_t(h * 3 + j)], row.data(), want[size_t(h)].data(), vn);
+            }
+            for (int64_t h = 0; h < heads; ++h) EXPECT_EQ(acc[size_t(h)], want[size_t(h)]) << ops->name << " head " << h;
+        }
+
     // And back: the bytes quantize_row writes. Rows with halves after scaling
     // (round half away from zero), negative ties, a NaN, an infinity, tiny and
     // huge blocks.

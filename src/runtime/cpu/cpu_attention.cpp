@@ -145,11 +145,9 @@ void attend_block(const AttnArgs& a, int64_t g, int32_t slot, int64_t b0, int64_
         else if (!q8)
             a.vo.axpy_rows_heads(w, kChunk, a.V.row<float>(g, b0 + j0, slot), int64_t(a.V.nb[2] / sizeof(float)), nk,
                                  r.o.data(), r.m, d);
-        else {
-            for (int64_t j = 0; j < nk; ++j)
-                a.vo.q8_0_to_f32(a.V.row<void>(g, b0 + j0 + j, slot), &sc.kv[size_t(j * d)], d);
-            a.vo.axpy_rows_heads(w, kChunk, sc.kv.data(), d, nk, r.o.data(), r.m, d);
-        }
+        else
+            a.vo.axpy_rows_heads_q8_0(w, kChunk, a.V.row<void>(g, b0 + j0, slot), int64_t(a.V.nb[2]), nk, r.o.data(),
+                                      r.m, d);
     }
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "common/fp16.h"
 #include "quant/cpu_matmul.h"
@@ -53,6 +54,14 @@ void axpy_rows_heads_f16(const float* w, int64_t ws, const uint16_t* v, int64_t 
         for (int64_t h = 0; h < heads; ++h)
             for (int64_t i = 0; i < n; ++i) acc[h][i] += w[h * ws + j] * fp16_to_fp32(v[j * vs + i]);
 }
+void axpy_rows_heads_q8_0(const float* w, int64_t ws, const void* v, int64_t vs, int64_t rows, float* const* acc,
+                          int64_t heads, int64_t n) {
+    std::vector<float> row(static_cast<size_t>(n));
+    for (int64_t j = 0; j < rows; ++j) {
+        q8_0_to_f32(static_cast<const uint8_t*>(v) + j * vs, row.data(), n);
+        for (int64_t h = 0; h < heads; ++h) axpy(w[h * ws + j], row.data(), acc[h], n);
+    }
+}
 void delta_step(float* S, int64_t rows, int64_t n, float alpha, float beta, const float* k, const float* q,
                 const float* v, float scale, float* out) {
     for (int64_t r = 0; r < rows; ++r) {
@@ -86,7 +95,7 @@ float exp_sub_sum(float* x, int64_t n, float m) {
 
 const VecOps& vec_scalar() {
     static const VecOps ops{dot, axpy, to_f16, to_f32, q8_0_to_f32, to_q8_0, dot_tile,
-                            axpy_rows_heads, axpy_rows_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
+                            axpy_rows_heads, axpy_rows_heads_f16, axpy_rows_heads_q8_0, delta_step, silu, silu_mul, sigmoid_mul,
                             sum_squares, exp_sub_sum, "scalar"};
     return ops;
 }

@@ -29,6 +29,9 @@ struct VecOps {
                             float* const* acc, int64_t heads, int64_t n);
     void (*axpy_rows_heads_f16)(const float* w, int64_t w_stride, const uint16_t* v, int64_t v_stride, int64_t rows,
                                 float* const* acc, int64_t heads, int64_t n);
+    // Rows of Q8_0 blocks v_stride bytes apart, each value as q8_0_to_f32 gives it.
+    void (*axpy_rows_heads_q8_0)(const float* w, int64_t w_stride, const void* v, int64_t v_stride, int64_t rows,
+                                 float* const* acc, int64_t heads, int64_t n);
     // One token of the gated delta rule on one head's state S (rows x n, row r
     // the state of value channel r), in the definition's order per row:
     //   S_r *= alpha;  delta = beta (v_r - S_r . k);  S_r += delta k;

@@ -212,6 +212,27 @@ void axpy_rows_heads_f16(const float* w, int64_t ws, const uint16_t* v, int64_t 
                 acc[h][c] = std::fma(w[h * ws + j], fp16_to_fp32(v[j * vs + c]), acc[h][c]);
 }
 
+// Q8_0 rows: 8 values of a block at a time, float(q) * d in a register, the
+// rounding q8_0_to_f32 makes (the tail of n % 8 values likewise).
+void axpy_rows_heads_q8_0(const float* w, int64_t ws, const void* v, int64_t vs, int64_t rows, float* const* acc,
+                          int64_t heads, int64_t n) {
+    const uint8_t* base = static_cast<const uint8_t*>(v);
+    auto block = [base, vs](int64_t j, int64_t c) {
+        return reinterpret_cast<const block_q8_0*>(base + j * vs) + c / QK8_0;
+    };
+    axpy_rows_any(w, ws, [&](int64_t j, int64_t c) {
+        const block_q8_0* b = block(j, c);
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + c % QK8_0));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_set1_ps(_cvtsh_ss(b->d)));
+    }, rows, acc, heads, n);
+    for (int64_t h = 0; h < heads; ++h)
+        for (int64_t c = n - n % 8; c < n; ++c)
+            for (int64_t j = 0; j < rows; ++j) {
+                const block_q8_0* b = block(j, c);
+                acc[h][c] = std::fma(w[h * ws + j], float(b->qs[c % QK8_0]) * _cvtsh_ss(b->d), acc[h][c]);
+            }
+}
+
 // Rows of the delta rule R at a time, each row's sums as the one-row loop
 // makes them (one 8-lane accumulator, then the horizontal sum): the rows'
 // dependency chains interleave, the results do not change.
@@ -359,7 +380,7 @@ float exp_sub_sum(float* x, int64_t n, float m) {
 
 const VecOps* vec_avx2() {
     static const VecOps ops{dot, axpy, to_f16, to_f32, q8_0_to_f32, to_q8_0, dot_tile,
-                            axpy_rows_heads, axpy_rows_heads_f16, delta_step, silu, silu_mul, sigmoid_mul,
+                            axpy_rows_heads, axpy_rows_heads_f16, axpy_rows_heads_q8_0, delta_step, silu, silu_mul, sigmoid_mul,
                             sum_squares, exp_sub_sum, "avx2"};
     return &ops;
 }
