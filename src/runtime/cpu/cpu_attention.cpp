@@ -266,7 +266,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     double work = 0;
     for (const Task& tk : tasks) work += double(tk.j1 - tk.j0) * double(group * d) * 2;
     parallel_rows(int64_t(tasks.size()), work / double(std::max<size_t>(tasks.size(), 1)), [&](int64_t i0, int64_t i1) {
-        Scratch scratch;
+        thread_local Scratch scratch;  // kept: its buffers only grow, so no allocation per call
         Rows& r = scratch.rows;
         r.resize(group);
         for (int64_t i = i0; i < i1; ++i) {
@@ -294,7 +294,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
     if (!tiles.empty()) {
         const double tile_work = double(16 * d * 2) * double(step.pos[size_t(T - 1)] + 1) / 2;
         parallel_rows(int64_t(tiles.size()), tile_work, [&](int64_t i0, int64_t i1) {
-            Scratch scratch;
+            thread_local Scratch scratch;
             for (int64_t i = i0; i < i1; ++i) attend_tile(args, tiles[size_t(i)], scratch);
         });
     }
