@@ -1,8 +1,9 @@
 // The CPU backend's SIMD inner loops (runtime/cpu/cpu_vec.h) against their
 // scalar forms and against double-precision definitions: the vectorised exp
-// behind silu / sigmoid / softmax, odd lengths (the padded tail), extreme and
-// NaN inputs, and the delta-rule step that interleaves rows. Skipped where the
-// CPU (or the build) has no AVX2 form.
+// behind silu / sigmoid / softmax (odd lengths, extreme and NaN inputs), the
+// attention's tile and q8_0 forms (bit for bit against dot / axpy /
+// dequantize_row / quantize_row), and the delta-rule step that interleaves
+// rows. The SIMD checks skip where the CPU (or the build) has no AVX2 form.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,8 +37,7 @@ const VecOps* simd_or_skip() {
 double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
 double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-// |got - want| within rel_ulps float ulps of |want| (or an absolute floor for
-// values near zero).
+// |got - want| within rel * |want| (or an absolute floor for values near zero).
 void expect_close(float got, double want, double rel, double abs_floor, const char* what, size_t i) {
     const double err = std::fabs(double(got) - want);
     EXPECT_LE(err, std::max(rel * std::fabs(want), abs_floor)) << what << " at " << i << ": got " << got << " want "
