@@ -12,6 +12,7 @@
 namespace qinfer {
 class ThreadPool;
 struct block_q8_K;
+struct block_q8_0;
 }
 
 namespace qinfer::kernels {
@@ -44,6 +45,9 @@ struct KernelTable {
     // f32 activations -> Q8_K blocks, bit-identical to quantize_ref_q8_K
     // (nullptr: that reference quantizer).
     void (*quantize_q8_K)(const float* x, block_q8_K* y, int64_t n) = nullptr;
+    // f32 -> Q8_0 blocks, bit-identical to quantize_ref_q8_0 (a q8_0 KV cache's
+    // rows; nullptr: that reference quantizer).
+    void (*quantize_q8_0)(const float* x, block_q8_0* y, int64_t n) = nullptr;
 };
 
 // Tables per ISA; nullptr when the ISA was not compiled in. Entries missing in a

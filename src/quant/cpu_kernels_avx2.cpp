@@ -23,6 +23,19 @@ struct OpsAvx2 {
     }
 };
 
+inline __m256 abs_mask() { return _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)); }
+
+// max |x_j| over n values (a multiple of 8); a NaN never wins, as with the
+// reference quantizers' compares (it is max's first operand).
+inline float abs_max(const float* x, int n) {
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask()), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
 // quantize_ref_q8_K in 8 lanes, bit for bit: the same signed maximum (the
 // first element of the largest magnitude; NaNs never win, as with the
 // reference's compares), the same product iscale * x rounded to nearest even
@@ -30,14 +43,8 @@ struct OpsAvx2 {
 // multiply followed by an add may be contracted into one fma), NaN -> 0 as
 // there, capped at 127.
 void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
-        __m256 m = _mm256_setzero_ps();
-        for (int j = 0; j < QK_K; j += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask), m);
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        const float amax = _mm_cvtss_f32(h);
+        const float amax = abs_max(x, QK_K);
         if (!amax) {
             y[i].d = 0;
             std::memset(y[i].qs, 0, sizeof y[i].qs);
@@ -47,7 +54,7 @@ void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
         float max = 0.f;
         const __m256 am = _mm256_set1_ps(amax);
         for (int j = 0; j < QK_K; j += 8) {
-            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask), am, _CMP_EQ_OQ));
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask()), am, _CMP_EQ_OQ));
             if (hit) {
                 max = x[j + __builtin_ctz(unsigned(hit))];
                 break;
@@ -81,12 +88,39 @@ void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
     }
 }
 
+// quantize_ref_q8_0 (a q8_0 KV cache's rows) per 32-value block: amax,
+// d = amax / 127 stored as f16 (both round to nearest even), q = round half
+// away from zero of x * (1 / d). The product is pinned to a
+// register before the rounding's subtraction: contracted into an fma, the
+// tie test would see the exact product instead of the rounded one.
+void quantize_q8_0(const float* x, block_q8_0* b, int64_t n) {
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.f);
+    for (int64_t i = 0; i < n / QK8_0; ++i, x += QK8_0) {
+        const float d = abs_max(x, QK8_0) / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        b[i].d = uint16_t(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT), 0));
+        __m256i q[4];
+        for (int j = 0; j < 4; ++j) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), _mm256_set1_ps(id));
+            __asm__("" : "+x"(v));  // no contraction of the product into the subtraction below
+            const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __m256 away = _mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(v, t), abs_mask()), half, _CMP_GE_OQ),
+                                              _mm256_or_ps(one, _mm256_andnot_ps(abs_mask(), v)));  // +-1 with v's sign
+            q[j] = _mm256_cvttps_epi32(_mm256_add_ps(t, away));
+        }
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs),
+                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+}
+
 }  // namespace
 
 const KernelTable* avx2_table() {
     static const KernelTable t = [] {
         KernelTable k = X86Kernels<OpsAvx2>::table();
         k.quantize_q8_K = quantize_q8_K;
+        k.quantize_q8_0 = quantize_q8_0;
         return k;
     }();
     return &t;

@@ -9,6 +9,7 @@
 
 #include "common/fp16.h"
 #include "quant/blocks.h"
+#include "quant/cpu_kernels.h"
 
 namespace qinfer::cpu {
 
@@ -68,37 +69,9 @@ void q8_0_to_f32(const void* x, float* y, int64_t n) {
     }
 }
 
-// quantize_ref_q8_0 per 32-value block: amax (NaNs never win, as with its
-// std::max), d = amax / 127 stored as f16 (both round to nearest even),
-// q = round half away from zero of x * (1 / d). The product is pinned to a
-// register before the rounding's subtraction: contracted into an fma, the
-// tie test would see the exact product instead of the rounded one.
+// The quant layer's AVX2 quantizer (bit-identical to quantize_row).
 void to_q8_0(const float* x, void* y, int64_t n) {
-    block_q8_0* b = static_cast<block_q8_0*>(y);
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.f);
-    for (int64_t i = 0; i < n / QK8_0; ++i, x += QK8_0) {
-        __m256 m = _mm256_setzero_ps();
-        for (int j = 0; j < QK8_0; j += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask), m);
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        const float d = _mm_cvtss_f32(h) / 127;
-        const float id = d ? 1.0f / d : 0.0f;
-        b[i].d = uint16_t(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT), 0));
-        __m256i q[4];
-        for (int j = 0; j < 4; ++j) {
-            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), _mm256_set1_ps(id));
-            __asm__("" : "+x"(v));  // no contraction of the product into the subtraction below
-            const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            const __m256 away = _mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(v, t), abs_mask), half, _CMP_GE_OQ),
-                                              _mm256_or_ps(one, _mm256_andnot_ps(abs_mask, v)));  // +-1 with v's sign
-            q[j] = _mm256_cvttps_epi32(_mm256_add_ps(t, away));
-        }
-        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[i].qs),
-                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-    }
+    kernels::avx2_table()->quantize_q8_0(x, static_cast<block_q8_0*>(y), n);
 }
 
 // R query rows x C keys, each score summed exactly as dot() sums it (two
