@@ -13,7 +13,9 @@
 #include <atomic>
 #include <chrono>
 #include <random>
+#include <string>
 #include <thread>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/fp16.h"
@@ -368,6 +370,32 @@ TEST(RuntimeOps, CpuPromptAttentionEqualsShortChunks) {
                 for (size_t i = 0; i < whole.size(); ++i) differ += whole[i] != chunks[i];
                 EXPECT_EQ(differ, 0u) << type_name(kv) << " cache, d " << d << ", group " << group;
             }
+}
+
+// A step whose position or slot lies outside the cache is an Error naming
+// both, raised before any row is written (the rows are written on the pool,
+// where nothing may throw).
+TEST(RuntimeOps, CpuAttentionOutsideTheCacheIsAnError) {
+    auto be = make_cpu_backend(std::make_shared<ThreadPool>(2));
+    const int64_t d = 32, n_kv = 2, n_ctx = 8;
+    KvCache cache{be->alloc(GgmlType::F16, {d, n_kv, n_ctx, 1}), be->alloc(GgmlType::F16, {d, n_kv, n_ctx, 1})};
+    const std::vector<uint16_t> zero(size_t(n_ctx * d * n_kv), 0);  // f16 zeros
+    be->write(cache.k, zero.data(), zero.size() * 2);
+    for (auto [first, n, slot] : {std::tuple<int, int, int>{6, 4, 0}, {0, 2, 1}}) {
+        StepInfo st = make_step(*be, {{0, n, slot, first}});
+        const std::vector<float> x = random_vec(size_t(d * n_kv * n), 7);
+        Tensor out = be->alloc(GgmlType::F32, {d, n_kv, n});
+        try {
+            be->attention(upload(*be, x, {d, n_kv, n}), upload(*be, x, {d, n_kv, n}), upload(*be, x, {d, n_kv, n}), cache,
+                          st, 0.125f, out);
+            ADD_FAILURE() << "no error for positions " << first << "+" << n << ", slot " << slot;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("outside the cache"), std::string::npos) << e.what();
+        }
+        std::vector<uint16_t> k(size_t(n_ctx * d * n_kv));
+        be->read(cache.k, k.data(), k.size() * 2);
+        for (uint16_t h : k) ASSERT_EQ(h, 0u) << "a row was written before the error";
+    }
 }
 
 // Host Gated DeltaNet: conv + SiLU with state, then the delta rule of spec §5.6
